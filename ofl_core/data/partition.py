@@ -1,0 +1,229 @@
+"""Client partitions of a labelled training set (SPEC §1).
+
+Every scheme is deterministic given its seed: it uses its own ``numpy.random.RandomState(seed)``,
+which draws exactly the numbers numpy's legacy global RNG draws after ``np.random.seed(seed)``
+(the authors' codes use the global RNG; we reproduce their call order without global state).
+
+Schemes:
+- ``dirichlet``: DENSE's (NIID-Bench) label-skew scheme, also used by FedHydra.
+- ``dirichlet_fedcvae``: FedCVAE's scheme (client rows over classes, then column-normalised).
+- ``classes_per_client``: FedHydra's "2c/c": k disjoint classes per client, equal sizes.
+- ``iid``: a seeded permutation split into m nearly equal parts.
+A ``subset`` fraction < 1 first keeps a seeded random subset of the training set (FedCVAE uses
+50% of MNIST/FMNIST; its Table 7 varies it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+SCHEMES = ("dirichlet", "dirichlet_fedcvae", "classes_per_client", "iid")
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """Per-client index arrays into the training set and the client×class count matrix."""
+
+    client_indices: tuple[np.ndarray, ...]
+    counts: np.ndarray
+    scheme: str
+    seed: int
+    alpha: float | None = None
+    subset: float = 1.0
+    classes_per_client: int | None = None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.counts.sum(axis=1)
+
+    def describe(self) -> dict:
+        """Plain-JSON description of the scheme (what produced this partition)."""
+        return {
+            "scheme": self.scheme, "seed": self.seed, "alpha": self.alpha,
+            "subset": self.subset, "classes_per_client": self.classes_per_client,
+            "num_clients": self.num_clients,
+        }
+
+    def fingerprint(self) -> str:
+        """Hash of the exact index lists (part of the client cache key)."""
+        h = hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode())
+        for idx in self.client_indices:
+            h.update(np.asarray(idx, dtype=np.int64).tobytes())
+            h.update(b"|")
+        return h.hexdigest()[:16]
+
+
+def make_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    scheme: str = "dirichlet",
+    *,
+    alpha: float | None = None,
+    seed: int = 1,
+    classes_per_client: int = 2,
+    subset: float = 1.0,
+    num_classes: int | None = None,
+    min_size: int = 10,
+) -> Partition:
+    """Split ``labels`` (the training labels, file order) among ``num_clients`` clients.
+
+    Raises ``ValueError`` with the field to change for bad arguments: an unknown scheme,
+    alpha <= 0, fewer samples than clients, k·m > C for disjoint classes, a subset outside (0, 1].
+    """
+    labels = np.asarray(labels).astype(np.int64).ravel()
+    C = int(num_classes if num_classes is not None else labels.max() + 1)
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown partition scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
+    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+        raise ValueError(f"num_clients must be a positive integer (got {num_clients!r})")
+    if not 0.0 < subset <= 1.0:
+        raise ValueError(f"subset must be a fraction in (0, 1] (got {subset})")
+    if scheme in ("dirichlet", "dirichlet_fedcvae"):
+        if alpha is None or not np.isfinite(alpha) or alpha <= 0:
+            raise ValueError(
+                f"alpha must be > 0 for the {scheme!r} partition (got {alpha}); "
+                "smaller alpha = more skewed, e.g. 0.1, 0.3, 0.5"
+            )
+    rng = np.random.RandomState(seed)
+    base = np.arange(len(labels))
+    if subset < 1.0:
+        # FedCVAE: int(n·ratio) of np.random.permutation(n), taken before partitioning.
+        base = rng.permutation(len(labels))[: int(len(labels) * subset)]
+    n = len(base)
+    min_needed = num_clients * (min_size if scheme == "dirichlet" else 1)
+    if n < min_needed:
+        raise ValueError(
+            f"{num_clients} clients need at least {min_needed} training samples but only {n} are "
+            f"available (subset={subset}); use fewer clients or more data"
+        )
+    sub_labels = labels[base]
+    if scheme == "dirichlet":
+        local = _dirichlet_dense(sub_labels, num_clients, float(alpha), C, rng, min_size)
+    elif scheme == "dirichlet_fedcvae":
+        local = _dirichlet_fedcvae(sub_labels, num_clients, float(alpha), C, rng)
+    elif scheme == "classes_per_client":
+        local = _classes_per_client(sub_labels, num_clients, classes_per_client, C, rng)
+    else:
+        local = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
+    client_indices = tuple(base[np.asarray(ix, dtype=np.int64)] for ix in local)
+    counts = np.stack([np.bincount(labels[ix], minlength=C) for ix in client_indices])
+    return Partition(
+        client_indices=client_indices,
+        counts=counts,
+        scheme=scheme,
+        seed=seed,
+        alpha=None if alpha is None else float(alpha),
+        subset=subset,
+        classes_per_client=classes_per_client if scheme == "classes_per_client" else None,
+    )
+
+
+def _dirichlet_dense(
+    labels: np.ndarray, m: int, alpha: float, C: int, rng: np.random.RandomState, min_size: int
+) -> list[np.ndarray]:
+    """DENSE / NIID-Bench Dirichlet label skew (SPEC §1), in the authors' RNG call order.
+
+    For each class: shuffle its indices, p ~ Dir(α·1_m), zero clients already holding ≥ N/m,
+    renormalise, split at floor(cumsum(p)·n_c). Redraw everything until each client has
+    ≥ ``min_size`` samples; finally shuffle each client's list.
+    """
+    N = len(labels)
+    for _attempt in range(10_000):
+        batches: list[list[int]] = [[] for _ in range(m)]
+        for c in range(C):
+            idx_c = np.where(labels == c)[0]
+            rng.shuffle(idx_c)
+            p = rng.dirichlet(np.repeat(alpha, m))
+            p = np.array([pj * (len(b) < N / m) for pj, b in zip(p, batches, strict=True)])
+            p = p / p.sum()
+            cuts = (np.cumsum(p) * len(idx_c)).astype(int)[:-1]
+            batches = [b + part.tolist() for b, part in zip(batches, np.split(idx_c, cuts),
+                                                            strict=True)]
+        if min(len(b) for b in batches) >= min_size:
+            break
+    else:
+        raise ValueError(
+            f"could not give every one of {m} clients ≥ {min_size} samples with alpha={alpha}; "
+            "use a larger alpha or fewer clients"
+        )
+    out = []
+    for b in batches:
+        arr = np.array(b, dtype=np.int64)
+        rng.shuffle(arr)
+        out.append(arr)
+    return out
+
+
+def _dirichlet_fedcvae(
+    labels: np.ndarray, m: int, alpha: float, C: int, rng: np.random.RandomState
+) -> list[np.ndarray]:
+    """FedCVAE's Dirichlet scheme (SPEC §1), in the authors' RNG call order.
+
+    Per class shuffle; client rows p_k ~ Dir(α·1_C); normalise each class column over clients;
+    client k gets floor(share·n_c) of class c as consecutive slices; each leftover sample goes to
+    a uniformly random client.
+
+    At very small α (e.g. 0.001) numpy's legacy Dirichlet sampler can return NaN rows (all
+    gamma draws underflow to 0, then 0/0). We replace such a row by a one-hot on a uniformly
+    drawn class (the α → 0 limit of Dir(α·1)); and a class column that sums to zero over clients
+    gives all of its samples to the leftover rule. Documented in docs/decisions.md.
+    """
+    class_idx = []
+    for c in range(C):
+        idx = np.nonzero(labels == c)[0]
+        rng.shuffle(idx)
+        class_idx.append(idx)
+    props = []
+    for _ in range(m):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = rng.dirichlet(np.repeat(alpha, C))
+        if not np.all(np.isfinite(p)):
+            p = np.zeros(C)
+            p[rng.randint(C)] = 1.0
+        props.append(p)
+    props = np.array(props)
+    col = props.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scaled = np.where(col > 0, props / np.where(col > 0, col, 1.0), 0.0)
+    user_idx: list[list[int]] = [[] for _ in range(m)]
+    for c in range(C):
+        n_pts = (scaled[:, c] * len(class_idx[c])).astype(int)
+        ends = np.cumsum(n_pts)
+        start = 0
+        for k in range(m):
+            user_idx[k].extend(class_idx[c][start : ends[k]].tolist())
+            start = ends[k]
+        for idx in class_idx[c][ends[-1]:]:
+            user_idx[int(rng.choice(m, size=1)[0])].append(int(idx))
+    return [np.array(u, dtype=np.int64) for u in user_idx]
+
+
+def _classes_per_client(
+    labels: np.ndarray, m: int, k: int, C: int, rng: np.random.RandomState
+) -> list[np.ndarray]:
+    """FedHydra's "2c/c": client i gets classes i·k … i·k+k−1 (disjoint), all their samples.
+
+    Generalised to any k and m with k·m ≤ C; the classes' samples are shuffled per client.
+    """
+    if k < 1:
+        raise ValueError(f"classes_per_client must be ≥ 1 (got {k})")
+    if k * m > C:
+        raise ValueError(
+            f"classes_per_client={k} × num_clients={m} = {k * m} > {C} classes: disjoint classes "
+            f"cannot cover that many clients; use ≤ {C // k} clients or fewer classes per client"
+        )
+    out = []
+    for i in range(m):
+        cls = np.arange(i * k, (i + 1) * k)
+        idx = np.nonzero(np.isin(labels, cls))[0]
+        rng.shuffle(idx)
+        out.append(idx)
+    return out
