@@ -37,20 +37,20 @@ def test_forward_shapes(name: str, in_channels: int, image_size: int) -> None:
     torch.manual_seed(0)
     model = build_model(name, num_classes=10, in_channels=in_channels, image_size=image_size)
     assert isinstance(model.feature_dim, int)
-    # the heavy nets at 64 px get a single-sample batch in eval mode to stay fast
-    heavy = name in {"googlenet", "resnet18", "wrn40_1"} and image_size == 64
-    batch = 1 if heavy else 2
-    if heavy:
-        model.eval()
+    batch = 2
     x = torch.rand(batch, in_channels, image_size, image_size)
     with torch.no_grad():
-        logits = model(x)
+        logits = model(x)  # train mode (BN uses batch statistics)
         logits2, features = model(x, return_features=True)
+        model.eval()
+        logits_eval, features_eval = model(x, return_features=True)
     assert logits.shape == (batch, 10)
     assert torch.isfinite(logits).all()
     assert features.shape == (batch, model.feature_dim)
     assert torch.isfinite(features).all()
     torch.testing.assert_close(logits, logits2)  # no dropout anywhere: calls agree
+    assert logits_eval.shape == (batch, 10) and torch.isfinite(logits_eval).all()
+    assert features_eval.shape == (batch, model.feature_dim)
     # the features are exactly what the final linear layer sees
     torch.testing.assert_close(model.fc(features), logits2)
 
@@ -99,7 +99,9 @@ def test_fc_input_sizes() -> None:
 
 
 def test_cnn_cifar100_widths() -> None:
-    convs = [m for m in build_model("cnn_cifar100", 100, 3, 32).modules() if isinstance(m, nn.Conv2d)]
+    convs = [
+        m for m in build_model("cnn_cifar100", 100, 3, 32).modules() if isinstance(m, nn.Conv2d)
+    ]
     assert [c.out_channels for c in convs] == [256, 256, 128]
 
 

@@ -81,7 +81,9 @@ def make_partition(
     labels = np.asarray(labels).astype(np.int64).ravel()
     C = int(num_classes if num_classes is not None else labels.max() + 1)
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown partition scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
+        raise ValueError(
+            f"unknown partition scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}"
+        )
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
         raise ValueError(f"num_clients must be a positive integer (got {num_clients!r})")
     if not 0.0 < subset <= 1.0:

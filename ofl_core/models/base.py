@@ -17,13 +17,9 @@ def conv_out(size: int, kernel: int, padding: int = 0, stride: int = 1) -> int:
 def check_input_spec(in_channels: int, image_size: int) -> None:
     """Raise a clear ``ValueError`` when the input spec is not one the zoo supports."""
     if in_channels not in VALID_IN_CHANNELS:
-        raise ValueError(
-            f"in_channels must be one of {VALID_IN_CHANNELS}, got {in_channels!r}"
-        )
+        raise ValueError(f"in_channels must be one of {VALID_IN_CHANNELS}, got {in_channels!r}")
     if image_size not in VALID_IMAGE_SIZES:
-        raise ValueError(
-            f"image_size must be one of {VALID_IMAGE_SIZES}, got {image_size!r}"
-        )
+        raise ValueError(f"image_size must be one of {VALID_IMAGE_SIZES}, got {image_size!r}")
 
 
 class Classifier(nn.Module):

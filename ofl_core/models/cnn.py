@@ -121,7 +121,8 @@ class McMahanCNN(Classifier):
     FC 512→C (1600 at 32 px, no padding). Features: the 512-d hidden FC activation.
 
     ``conv_relu=False`` gives the ⚑ FedCVAE authors'-code variant, which has no ReLU after the
-    two convolutions (conv → maxpool directly); the paper's text (``conv_relu=True``) keeps them.
+    two convolutions (conv → maxpool directly; ``nn.Identity`` placeholders keep the state_dict
+    keys identical to the paper variant's); the paper's text (``conv_relu=True``) keeps them.
     """
 
     def __init__(
@@ -136,15 +137,16 @@ class McMahanCNN(Classifier):
         self.num_classes, self.in_channels, self.image_size = num_classes, in_channels, image_size
         self.conv_relu = conv_relu
 
-        def act() -> list[nn.Module]:
-            return [nn.ReLU()] if conv_relu else []
+        # nn.Identity keeps the module indices (hence the state_dict keys) of both variants equal
+        def act() -> nn.Module:
+            return nn.ReLU() if conv_relu else nn.Identity()
 
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, 32, kernel_size=5),
-            *act(),
+            act(),
             nn.MaxPool2d(2, 2),
             nn.Conv2d(32, 64, kernel_size=5),
-            *act(),
+            act(),
             nn.MaxPool2d(2, 2),
         )
         s = conv_out(conv_out(image_size, 5) // 2, 5) // 2

@@ -20,9 +20,7 @@ class Generator(nn.Module):
     ``torch.Generator`` for a reproducible, RNG-isolated initialisation.
     """
 
-    def __init__(
-        self, nz: int = 256, ngf: int = 64, img_size: int = 32, channels: int = 3
-    ) -> None:
+    def __init__(self, nz: int = 256, ngf: int = 64, img_size: int = 32, channels: int = 3) -> None:
         super().__init__()
         if img_size <= 0 or img_size % 4 != 0:
             raise ValueError(f"Generator img_size must be a positive multiple of 4, got {img_size}")

@@ -34,7 +34,9 @@ class Inception(nn.Module):
     ) -> None:
         super().__init__()
         self.b1 = nn.Sequential(*_conv_bn_relu(in_planes, n1x1, 1))
-        self.b2 = nn.Sequential(*_conv_bn_relu(in_planes, n3x3red, 1), *_conv_bn_relu(n3x3red, n3x3, 3))
+        self.b2 = nn.Sequential(
+            *_conv_bn_relu(in_planes, n3x3red, 1), *_conv_bn_relu(n3x3red, n3x3, 3)
+        )
         self.b3 = nn.Sequential(
             *_conv_bn_relu(in_planes, n5x5red, 1),
             *_conv_bn_relu(n5x5red, n5x5, 3),

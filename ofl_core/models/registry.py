@@ -63,17 +63,11 @@ def build_model(
             architecture does not take.
     """
     if name not in _BUILDERS:
-        raise ValueError(
-            f"unknown model name {name!r}; known models: {', '.join(MODEL_NAMES)}"
-        )
+        raise ValueError(f"unknown model name {name!r}; known models: {', '.join(MODEL_NAMES)}")
     if in_channels not in VALID_IN_CHANNELS:
-        raise ValueError(
-            f"in_channels must be one of {VALID_IN_CHANNELS}, got {in_channels!r}"
-        )
+        raise ValueError(f"in_channels must be one of {VALID_IN_CHANNELS}, got {in_channels!r}")
     if image_size not in VALID_IMAGE_SIZES:
-        raise ValueError(
-            f"image_size must be one of {VALID_IMAGE_SIZES}, got {image_size!r}"
-        )
+        raise ValueError(f"image_size must be one of {VALID_IMAGE_SIZES}, got {image_size!r}")
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     allowed = _OPTIONS.get(name, frozenset())

@@ -1,0 +1,366 @@
+"""Client side: local training (CE or LDAM), the upload a client sends, and upload validation.
+
+SPEC §3. A client trains once on its own data and uploads a :class:`ClientUpload` (its model's
+state_dict and architecture name, plus its sample count for FedAvg's weighting). The server side
+of every method receives only uploads, never data. :func:`train_clients` trains (or loads from
+the content-addressed cache, :mod:`ofl_core.upload_cache`) every client of a partition.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from .augment import random_crop_flip
+from .data.datasets import ImageDataset
+from .data.partition import Partition
+from .models import MODEL_NAMES, build_model
+from .upload_cache import UploadCache, state_hash
+
+PRESETS = ("paper", "authors_code")
+
+
+def check_preset(preset: str) -> None:
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS} (got {preset!r})")
+
+
+@dataclass(frozen=True)
+class LocalTrainConfig:
+    """Local training of one client (SPEC §3; DENSE/FedHydra defaults).
+
+    SGD lr 0.01, momentum 0.9, batch 128, ``epochs`` epochs, cross-entropy, train mode
+    throughout. ``loss="ldam"`` is DENSE+LDAM (margins ∝ n_j^(−1/4), max 0.5, scale 30).
+    ⚑ ``bn_eval_after_first_epoch``: DENSE's code leaves BN models in eval mode after the first
+    epoch (``preset="authors_code"`` sets it, and 400 local epochs).
+    """
+
+    arch: str = "cnn_mnist"
+    epochs: int = 200
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    batch_size: int = 128
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    loss: Literal["ce", "ldam"] = "ce"
+    ldam_max_margin: float = 0.5
+    ldam_scale: float = 30.0
+    augment: Literal["none", "crop_flip", "flip"] = "none"
+    bn_eval_after_first_epoch: bool = False
+    model_kwargs: tuple[tuple[str, object], ...] = ()
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_preset(self.preset)
+        if self.arch not in MODEL_NAMES:
+            raise ValueError(f"arch: unknown model {self.arch!r}; known: {', '.join(MODEL_NAMES)}")
+        if self.epochs < 0:
+            raise ValueError(f"epochs must be ≥ 0 (got {self.epochs})")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1 (got {self.batch_size})")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0 (got {self.lr})")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam' (got {self.optimizer!r})")
+        if self.loss not in ("ce", "ldam"):
+            raise ValueError(f"loss must be 'ce' or 'ldam' (got {self.loss!r})")
+        if self.augment not in ("none", "crop_flip", "flip"):
+            raise ValueError(
+                f"augment must be 'none', 'crop_flip' or 'flip' (got {self.augment!r})"
+            )
+
+    @classmethod
+    def for_preset(cls, preset: str = "paper", **overrides: object) -> LocalTrainConfig:
+        """The paper's local training, or ⚑ DENSE's code (400 epochs, BN eval after epoch 1)."""
+        check_preset(preset)
+        base = cls(preset=preset)
+        if preset == "authors_code":
+            base = replace(base, epochs=400, bn_eval_after_first_epoch=True)
+        return replace(base, **overrides)
+
+
+@dataclass(frozen=True, eq=False)
+class ClientUpload:
+    """What a client sends to the server: its model (architecture + state_dict) and n_k.
+
+    ``label_counts`` is only filled for methods whose upload includes them (FedCVAE); classifier
+    methods send ``None``. ``kind`` is ``"classifier"`` or ``"decoder"``.
+    """
+
+    client_id: int
+    arch: str
+    state_dict: dict[str, torch.Tensor]
+    num_classes: int
+    in_channels: int
+    image_size: int
+    num_samples: int
+    model_kwargs: dict = field(default_factory=dict)
+    label_counts: tuple[int, ...] | None = None
+    kind: str = "classifier"
+
+
+class UploadError(ValueError):
+    """A client upload the server cannot accept (unknown architecture, bad shapes, NaN/inf)."""
+
+
+def build_from_upload(upload: ClientUpload, device: str | torch.device = "cpu") -> nn.Module:
+    """Validate an upload and return its model (frozen: eval mode, no weight gradients)."""
+    model = validate_upload(upload)
+    model.load_state_dict(upload.state_dict)
+    model.eval().requires_grad_(False)
+    return model.to(device)
+
+
+def validate_upload(upload: ClientUpload) -> nn.Module:
+    """Check an upload against its declared architecture; return an (unloaded) model of it.
+
+    Raises :class:`UploadError` naming the client and what is wrong: unknown architecture,
+    missing/unexpected parameters, shape mismatches, non-finite values.
+    """
+    who = f"client {upload.client_id}"
+    if upload.arch not in MODEL_NAMES:
+        raise UploadError(
+            f"{who}: unknown architecture {upload.arch!r}; known: {', '.join(MODEL_NAMES)}"
+        )
+    try:
+        model = build_model(upload.arch, upload.num_classes, upload.in_channels,
+                            upload.image_size, **upload.model_kwargs)
+    except ValueError as e:
+        raise UploadError(f"{who}: {e}") from None
+    expected = model.state_dict()
+    got = upload.state_dict
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    if missing or extra:
+        raise UploadError(
+            f"{who}: state_dict does not match architecture {upload.arch!r}: "
+            f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
+            f"unexpected {extra[:5]}{'…' if len(extra) > 5 else ''}"
+        )
+    for k, v in expected.items():
+        t = got[k]
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(v.shape):
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise UploadError(
+                f"{who}: parameter {k!r} has shape {shape}, expected {tuple(v.shape)} "
+                f"for {upload.arch!r}"
+            )
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
+    return model
+
+
+def ldam_loss(
+    logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor,
+    max_margin: float = 0.5, scale: float = 30.0,
+) -> torch.Tensor:
+    """LDAM loss (Cao et al. 2019), DENSE §2.3: margins ∝ n_j^(−1/4), largest = ``max_margin``.
+
+    Classes absent from the client get the largest margin (they never occur as targets, so the
+    choice only avoids an infinite margin).
+    """
+    n = class_counts.to(logits.device, torch.float32).clamp(min=1)
+    margins = n.pow(-0.25)
+    margins = margins * (max_margin / margins.max())
+    adjusted = logits - F.one_hot(y, logits.shape[1]) * margins[None, :]
+    return F.cross_entropy(scale * adjusted, y)
+
+
+def client_seed(seed: int, client_id: int) -> int:
+    """Independent, reproducible seed for client ``client_id`` of an experiment seeded ``seed``
+    (its data order and augmentation)."""
+    return int(np.random.SeedSequence([int(seed), int(client_id)]).generate_state(1)[0])
+
+
+def init_seed(seed: int, arch: str) -> int:
+    """Seed of the initial weights: shared by every client of the same architecture.
+
+    In FL the server sends one initial model to all clients (DENSE's code deep-copies the global
+    model for each client); FedAvg's parameter average only makes sense from a common init.
+    """
+    tag = int.from_bytes(arch.encode()[:8].ljust(8, b"\0"), "little")
+    return int(np.random.SeedSequence([int(seed), 10**6, tag]).generate_state(1)[0])
+
+
+def init_model(arch: str, num_classes: int, in_channels: int, image_size: int, seed: int,
+               **model_kwargs: object) -> nn.Module:
+    """Build a model whose initial weights depend only on ``seed`` (global RNG left untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_model(arch, num_classes, in_channels, image_size, **model_kwargs)
+
+
+def train_local(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: LocalTrainConfig,
+    num_classes: int,
+    seed: int,
+    device: str | torch.device = "cpu",
+    init_state: dict[str, torch.Tensor] | None = None,
+    progress: bool = True,
+    desc: str = "client",
+    init_from: int = 0,
+) -> dict[str, torch.Tensor]:
+    """Train one client's model on its data (uint8 images ``x``, labels ``y``); return its
+    state_dict on the CPU. Data stays a device tensor, shuffled by a generator seeded ``seed``;
+    initial weights come from the experiment seed ``init_from`` (common to all clients)."""
+    dev = torch.device(device)
+    model = init_model(cfg.arch, num_classes, int(x.shape[1]), int(x.shape[-1]),
+                       init_seed(init_from, cfg.arch), **dict(cfg.model_kwargs))
+    if init_state is not None:
+        model.load_state_dict(init_state)
+    model.to(dev).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                              weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    xd, yd = x.to(dev), y.to(dev)
+    counts = torch.bincount(y, minlength=num_classes)
+    n = len(yd)
+    steps = math.ceil(n / cfg.batch_size)
+    for epoch in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+        if cfg.bn_eval_after_first_epoch and epoch == 1:
+            model.eval()  # ⚑ DENSE's code: BN layers stop updating after the first epoch
+        perm = torch.randperm(n, generator=gen).to(dev)
+        for s in range(steps):
+            idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
+            xb = xd[idx].float().div_(255.0)
+            if cfg.augment != "none":
+                xb = random_crop_flip(xb, crop=cfg.augment == "crop_flip", generator=gen)
+            logits = model(xb)
+            if cfg.loss == "ldam":
+                loss = ldam_loss(logits, yd[idx], counts, cfg.ldam_max_margin, cfg.ldam_scale)
+            else:
+                loss = F.cross_entropy(logits, yd[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def train_key_payload(
+    dataset: ImageDataset, partition: Partition, client_id: int, cfg: LocalTrainConfig,
+    seed: int, init_state_hash: str | None = None,
+) -> dict:
+    """Everything that determines a trained client (hashed into its cache key)."""
+    return {
+        "kind": "classifier",
+        "dataset": dataset.name,
+        "data": dataset.fingerprint(),
+        "partition": partition.fingerprint(),
+        "client_id": int(client_id),
+        "train": asdict(cfg),
+        "seed": int(seed),
+        "init": init_state_hash,
+        "init_scheme": "shared-per-arch",
+    }
+
+
+def _train_job(args: tuple) -> dict[str, torch.Tensor]:
+    x, y, cfg, num_classes, seed, threads, desc, init_from = args
+    torch.set_num_threads(threads)
+    return train_local(x, y, cfg, num_classes, seed, "cpu", progress=False, desc=desc,
+                       init_from=init_from)
+
+
+def resolve_workers(workers: int | str, device: str | torch.device, jobs: int,
+                    work: int) -> int:
+    """How many worker processes to train clients in.
+
+    ``"auto"``: on a multi-core CPU, one process per core when the total work (samples ×
+    epochs) is large enough to repay process start-up (about 3 s each); else 1.
+    """
+    if workers == "auto":
+        cpus = os.cpu_count() or 1
+        if torch.device(device).type != "cpu" or cpus < 2 or jobs < 2 or work < 300_000:
+            return 1
+        return min(cpus, jobs)
+    w = int(workers)
+    if w < 1:
+        raise ValueError(f"workers must be ≥ 1 or 'auto' (got {workers!r})")
+    return min(w, max(jobs, 1))
+
+
+def train_clients(
+    dataset: ImageDataset,
+    partition: Partition,
+    cfg: LocalTrainConfig | Sequence[LocalTrainConfig],
+    seed: int,
+    cache: UploadCache | None = None,
+    device: str | torch.device = "cpu",
+    workers: int | str = "auto",
+    progress: bool = True,
+    init_state: dict[str, torch.Tensor] | None = None,
+) -> list[ClientUpload]:
+    """Train every client of ``partition`` (or load it from ``cache``) and return the uploads.
+
+    ``cfg`` is one config for all clients or one per client (heterogeneous architectures).
+    Finished clients are written to the cache one by one, so an interrupted run loses at most the
+    client in progress. ``init_state`` (multi-round FL) starts every client from that model.
+    """
+    m = partition.num_clients
+    cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
+    if len(cfgs) != m:
+        raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
+    init_hash = state_hash(init_state) if init_state is not None else None
+    keys = [train_key_payload(dataset, partition, k, c, seed, init_hash)
+            for k, c in enumerate(cfgs)]
+    states: dict[int, dict[str, torch.Tensor]] = {}
+    if cache is not None:
+        for k in range(m):
+            got = cache.get(keys[k])
+            if got is not None:
+                states[k] = got
+    todo = [k for k in range(m) if k not in states]
+    data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
+                dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
+    work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
+    n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
+    bar = tqdm(total=m, initial=m - len(todo), desc="clients", disable=not progress)
+    seeds = {k: client_seed(seed, k) for k in range(m)}
+
+    def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
+        states[k] = sd
+        if cache is not None:
+            cache.put(keys[k], sd)
+        bar.update(1)
+
+    if n_workers > 1:
+        import multiprocessing as mp
+
+        threads = max(1, torch.get_num_threads() // n_workers)
+        with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+            futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
+                                              threads, f"client {k}", seed)) for k in todo}
+            for k, fut in futs.items():
+                finish(k, fut.result())
+    else:
+        for k in todo:
+            finish(k, train_local(*data[k], cfgs[k], dataset.num_classes, seeds[k], device,
+                                  init_state=init_state, progress=progress,
+                                  desc=f"client {k}", init_from=seed))
+    bar.close()
+    return [
+        ClientUpload(
+            client_id=k, arch=cfgs[k].arch, state_dict=states[k],
+            num_classes=dataset.num_classes, in_channels=dataset.channels,
+            image_size=dataset.image_size, num_samples=int(partition.sizes[k]),
+            model_kwargs=dict(cfgs[k].model_kwargs),
+        )
+        for k in range(m)
+    ]
+

@@ -1,0 +1,183 @@
+"""The only orchestration: data → partition → clients (cached) → server methods → records.
+
+Every method of an experiment sees the same partition and the same trained client uploads
+(cached by a hash of everything that determines them), so a table's columns are comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import __version__
+from .clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from .data.datasets import ImageDataset, load_dataset
+from .data.partition import SCHEMES, Partition, make_partition
+from .ensemble import Ensemble
+from .evaluate import accuracy
+from .methods import ServerContext, ServerResult, run_method
+from .results import ResultRecord
+from .upload_cache import UploadCache
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` → ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but no CUDA GPU is visible; use 'cpu' or 'auto'")
+    return device
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One experiment: a dataset, a partition, the clients' local training, labels for tables.
+
+    ``paper``/``table``/``setting`` only label the records so they can be matched with the
+    papers' cells. ``resize`` rescales images once (FedCVAE uses 32 px for MNIST/FMNIST).
+    """
+
+    dataset: str = "fmnist_embedded"
+    partition: str = "dirichlet"
+    alpha: float | None = 0.1
+    num_clients: int = 5
+    seed: int = 1
+    subset: float = 1.0
+    classes_per_client: int = 2
+    resize: int | None = None
+    local: LocalTrainConfig = field(default_factory=LocalTrainConfig)
+    data_root: str | None = None
+    cache_dir: str | None = None
+    device: str = "cpu"
+    workers: int | str = "auto"
+    experiment: str = ""
+    paper: str = ""
+    table: str = ""
+    setting: str = ""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.partition not in SCHEMES:
+            raise ValueError(
+                f"partition: unknown scheme {self.partition!r}; choose one of: {', '.join(SCHEMES)}"
+            )
+        if self.partition.startswith("dirichlet") and (self.alpha is None or not self.alpha > 0):
+            raise ValueError(
+                f"alpha must be > 0 for the {self.partition!r} partition (got {self.alpha})"
+            )
+        if self.num_clients < 1:
+            raise ValueError(f"num_clients must be ≥ 1 (got {self.num_clients})")
+
+    def hash(self) -> str:
+        d = dataclasses.asdict(self)
+        for k in ("device", "workers", "progress", "cache_dir", "data_root"):
+            d.pop(k)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass(eq=False)
+class Setup:
+    """What every method of an experiment shares: data, partition, uploads, client accuracies."""
+
+    cfg: ExperimentConfig
+    dataset: ImageDataset
+    partition: Partition
+    uploads: list[ClientUpload]
+    client_accs: list[float]
+    ensemble_acc: float
+    device: str
+
+    def context(self, seed: int | None = None) -> ServerContext:
+        ds = self.dataset
+
+        def evaluate(model: torch.nn.Module) -> float:
+            return accuracy(model, ds.x_test, ds.y_test, device=self.device)
+
+        return ServerContext(
+            num_classes=ds.num_classes, in_channels=ds.channels, image_size=ds.image_size,
+            seed=self.cfg.seed if seed is None else seed, device=self.device,
+            evaluate=evaluate, progress=self.cfg.progress,
+        )
+
+
+def load_experiment_data(cfg: ExperimentConfig) -> ImageDataset:
+    return load_dataset(cfg.dataset, cfg.data_root, resize=cfg.resize)
+
+
+def setup_experiment(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> Setup:
+    """Load data, partition it and train (or load from cache) every client."""
+    device = resolve_device(cfg.device)
+    ds = dataset if dataset is not None else load_experiment_data(cfg)
+    part = make_partition(
+        ds.y_train.numpy(), cfg.num_clients, cfg.partition, alpha=cfg.alpha, seed=cfg.seed,
+        classes_per_client=cfg.classes_per_client, subset=cfg.subset,
+        num_classes=ds.num_classes,
+    )
+    cache = UploadCache(cfg.cache_dir)
+    uploads = train_clients(ds, part, cfg.local, cfg.seed, cache=cache, device=device,
+                            workers=cfg.workers, progress=cfg.progress)
+    models = [build_from_upload(u, device) for u in uploads]
+    client_accs = [accuracy(mdl, ds.x_test, ds.y_test, device=device) for mdl in models]
+    ens_acc = accuracy(Ensemble(models), ds.x_test, ds.y_test, device=device)
+    return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=client_accs,
+                 ensemble_acc=ens_acc, device=device)
+
+
+def run_methods(
+    setup: Setup, methods: Mapping[str, Any]
+) -> tuple[list[ResultRecord], dict[str, ServerResult]]:
+    """Run each server method (name → config) on the shared uploads; return records + results."""
+    records, results = [], {}
+    cfg = setup.cfg
+    for name, mcfg in methods.items():
+        ctx = setup.context()
+        t0 = time.perf_counter()
+        res = run_method(name, setup.uploads, mcfg, ctx)
+        wall = time.perf_counter() - t0
+        if res.last_acc is None:
+            res.last_acc = ctx.evaluate(res.model)
+        if res.best_acc is None:
+            res.best_acc = max([res.last_acc, *res.curve])
+        results[name] = res
+        records.append(ResultRecord(
+            experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
+            dataset=setup.dataset.paper_dataset, partition=_paper_partition(cfg),
+            alpha=cfg.alpha if cfg.partition.startswith("dirichlet") else None,
+            num_clients=cfg.num_clients, seed=cfg.seed, method=res.method,
+            preset=getattr(mcfg, "preset", "paper"),
+            last_acc=round(float(res.last_acc), 4), best_acc=round(float(res.best_acc), 4),
+            ensemble_acc=round(setup.ensemble_acc, 4), wall_time_s=round(wall, 3),
+            config_hash=_config_hash(cfg, mcfg), version=__version__, setting=cfg.setting,
+            data_source=setup.dataset.name,
+            best_client_acc=round(max(setup.client_accs), 4),
+            mean_client_acc=round(sum(setup.client_accs) / len(setup.client_accs), 4),
+        ))
+    return records, results
+
+
+def run_experiment(
+    cfg: ExperimentConfig, methods: Mapping[str, Any]
+) -> tuple[list[ResultRecord], dict[str, ServerResult], Setup]:
+    """Set up an experiment and run the given methods on it."""
+    setup = setup_experiment(cfg)
+    records, results = run_methods(setup, methods)
+    return records, results, setup
+
+
+def _paper_partition(cfg: ExperimentConfig) -> str:
+    if cfg.partition == "classes_per_client":
+        return f"{cfg.classes_per_client}c/c"
+    return "dirichlet" if cfg.partition.startswith("dirichlet") else cfg.partition
+
+
+def _config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
+    blob = json.dumps({"exp": cfg.hash(), "method": dataclasses.asdict(mcfg)}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -1,0 +1,59 @@
+"""What every server method receives and returns (DESIGN "Interfaces").
+
+A server method is ``run(uploads, cfg, ctx) -> ServerResult``. :class:`ServerContext` carries
+what a server legitimately has: device, seed, the data's shape and class count, an evaluation
+callback on the test set (for accuracy curves) and whether to show progress. It never carries
+client data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    num_classes: int
+    in_channels: int
+    image_size: int
+    seed: int = 0
+    device: str = "cpu"
+    evaluate: Callable[[nn.Module], float] | None = None
+    progress: bool = True
+
+
+@dataclass(eq=False)
+class ServerResult:
+    """A server method's output: the global model (or combined scorer) and its test curve.
+
+    ``curve`` holds the test accuracy after each server epoch where the method has epochs
+    (empty otherwise); ``last_acc``/``best_acc`` are filled by the method when it evaluates,
+    else by the experiment. ``images`` is a grid of synthetic samples for generator methods.
+    """
+
+    method: str
+    preset: str
+    model: nn.Module
+    curve: list[float] = field(default_factory=list)
+    last_acc: float | None = None
+    best_acc: float | None = None
+    images: torch.Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+
+def check_homogeneous(uploads: list, method: str) -> str:
+    """Return the common architecture or raise a clear error for mixed architectures."""
+    if not uploads:
+        raise ValueError(f"{method}: no client uploads")
+    archs = sorted({u.arch for u in uploads})
+    if len(archs) > 1:
+        raise ValueError(
+            f"{method} averages parameters and needs every client to use the same architecture, "
+            f"but the uploads mix {archs}; use a distillation method (e.g. DENSE, FedDF) for "
+            "heterogeneous clients"
+        )
+    return archs[0]

@@ -1,0 +1,30 @@
+"""The teacher ensemble D(x) as a "method": its accuracy is the reference that distillation
+methods try to reach (SPEC §4, "Ensemble (teacher) accuracy is always reported too")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..clients import ClientUpload, build_from_upload, check_preset
+from ..ensemble import Ensemble
+from .base import ServerContext, ServerResult
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    """Mean of logits, D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1), in both presets."""
+
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_preset(self.preset)
+
+    @classmethod
+    def for_preset(cls, preset: str = "paper") -> EnsembleConfig:
+        return cls(preset=preset)
+
+
+def run(uploads: list[ClientUpload], cfg: EnsembleConfig, ctx: ServerContext) -> ServerResult:
+    models = [build_from_upload(u, ctx.device) for u in uploads]
+    return ServerResult(method="ensemble", preset=cfg.preset,
+                        model=Ensemble(models, combine="mean_logits"))

@@ -1,0 +1,61 @@
+"""FedAvg in one shot: the n_k/n-weighted parameter average (FedSyn Eq. 2; SPEC §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..clients import ClientUpload, build_from_upload, check_preset, validate_upload
+from .base import ServerContext, ServerResult, check_homogeneous
+
+
+@dataclass(frozen=True)
+class FedAvgConfig:
+    """``weighted=True``: weights n_k/n (paper). ⚑ ``preset="authors_code"``: unweighted mean,
+    as DENSE's (and Co-Boosting's) code does. BN running statistics are averaged like weights;
+    integer buffers (``num_batches_tracked``) take the first client's value."""
+
+    weighted: bool = True
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_preset(self.preset)
+
+    @classmethod
+    def for_preset(cls, preset: str = "paper") -> FedAvgConfig:
+        check_preset(preset)
+        return cls(weighted=preset == "paper", preset=preset)
+
+
+def average_states(
+    states: list[dict[str, torch.Tensor]], weights: list[float]
+) -> dict[str, torch.Tensor]:
+    """Weighted average of state_dicts (weights normalised to sum to 1)."""
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError("FedAvg weights must sum to a positive number")
+    w = [float(x) / total for x in weights]
+    out = {}
+    for k, v0 in states[0].items():
+        if v0.is_floating_point():
+            acc = torch.zeros_like(v0, dtype=torch.float64)
+            for wi, sd in zip(w, states, strict=True):
+                acc += wi * sd[k].double()
+            out[k] = acc.to(v0.dtype)
+        else:
+            out[k] = v0.clone()
+    return out
+
+
+def run(uploads: list[ClientUpload], cfg: FedAvgConfig, ctx: ServerContext) -> ServerResult:
+    """Average the uploaded models into one global model (homogeneous clients only)."""
+    check_homogeneous(uploads, "FedAvg")
+    for u in uploads:
+        validate_upload(u)
+    weights = [u.num_samples if cfg.weighted else 1.0 for u in uploads]
+    state = average_states([u.state_dict for u in uploads], weights)
+    model = build_from_upload(
+        ClientUpload(**{**uploads[0].__dict__, "state_dict": state, "client_id": -1}), ctx.device
+    )
+    return ServerResult(method="fedavg", preset=cfg.preset, model=model)

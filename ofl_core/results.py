@@ -1,0 +1,180 @@
+"""Result records, how a notebook publishes them, and the papers' numbers beside ours.
+
+A :class:`ResultRecord` is flat (one row of a table). A notebook calls :func:`record`, which
+displays the records with a custom MIME type, so :func:`read_records` can read them back from the
+executed notebook; ``run_all.py`` also writes them to a sidecar JSON. The papers' numbers ship
+as package data (``ofl_core/paper_results.csv``, every cell of every table of the three papers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+RECORDS_MIME = "application/vnd.ofl.records+json"
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """One server method's result in one experiment (DESIGN "Interfaces")."""
+
+    experiment: str
+    paper: str
+    table: str
+    dataset: str
+    partition: str
+    alpha: float | None
+    num_clients: int
+    seed: int
+    method: str
+    preset: str
+    last_acc: float
+    best_acc: float
+    ensemble_acc: float
+    wall_time_s: float
+    config_hash: str
+    version: str
+    setting: str = ""
+    data_source: str = ""
+    best_client_acc: float | None = None
+    mean_client_acc: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ResultRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def records_frame(records: Iterable[ResultRecord | dict]) -> pd.DataFrame:
+    """Records as a DataFrame (one row each)."""
+    rows = [r.to_dict() if isinstance(r, ResultRecord) else dict(r) for r in records]
+    cols = [f.name for f in fields(ResultRecord)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def record(records: Sequence[ResultRecord], path: str | os.PathLike | None = None) -> None:
+    """Publish a notebook's records: a display output with :data:`RECORDS_MIME` (read back by
+    :func:`read_records` from the executed notebook) and, if ``path`` is given, a JSON file."""
+    data = [r.to_dict() for r in records]
+    if path:
+        write_json_atomic(Path(path), data)
+    try:
+        from IPython.display import display
+
+        display({RECORDS_MIME: data, "text/plain": f"<{len(data)} ofl result records>"},
+                raw=True)
+    except ImportError:  # plain Python: the JSON file is the record
+        pass
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o: object) -> object:
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_records(path: str | os.PathLike) -> list[ResultRecord]:
+    """Records from an executed notebook (its :data:`RECORDS_MIME` outputs) or a sidecar JSON."""
+    p = Path(path)
+    obj = json.loads(p.read_text())
+    if p.suffix == ".ipynb":
+        out: list[ResultRecord] = []
+        for cell in obj.get("cells", []):
+            for o in cell.get("outputs", []):
+                data = o.get("data", {})
+                if RECORDS_MIME in data:
+                    payload = data[RECORDS_MIME]
+                    if isinstance(payload, str):
+                        payload = json.loads(payload)
+                    out.extend(ResultRecord.from_dict(d) for d in payload)
+        return out
+    return [ResultRecord.from_dict(d) for d in obj]
+
+
+def paper_results(paper: str | None = None, table: str | None = None) -> pd.DataFrame:
+    """The papers' table cells (package data), optionally filtered by paper and table.
+
+    Columns: paper, table, dataset, method, alpha (float or NaN), partition, num_clients,
+    setting ('' when none), accuracy (float), std (float or NaN), accuracy_text (as printed).
+    """
+    ref = resources.files("ofl_core") / "paper_results.csv"
+    with resources.as_file(ref) as f:
+        df = pd.read_csv(f, dtype={"accuracy": str, "setting": str})
+    df["accuracy_text"] = df["accuracy"]
+    df["accuracy"] = df["accuracy"].astype(float)
+    df["setting"] = df["setting"].fillna("")
+    if paper is not None:
+        df = df[df["paper"] == paper]
+    if table is not None:
+        df = df[df["table"] == table]
+    return df.reset_index(drop=True)
+
+
+def _alpha_key(a: object) -> str:
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return ""
+    return f"{float(a):g}"
+
+
+def compare_with_paper(
+    records: Iterable[ResultRecord | dict],
+    paper: str,
+    table: str,
+    method_names: dict[str, str] | None = None,
+) -> pd.DataFrame:
+    """Our results (mean over seeds) beside the paper's cells for the same setting.
+
+    Rows are matched on (dataset, method, alpha, partition, num_clients, setting); the embedded
+    FMNIST subset counts as FMNIST (``dataset`` holds the paper's name, ``data_source`` the
+    data actually used). Our rows without a paper
+    cell are kept with ``paper`` = NaN (e.g. the ensemble, which no table prints).
+    ``method_names`` maps our method names to the paper's where they differ.
+    """
+    df = records_frame(records)
+    if df.empty:
+        return pd.DataFrame(columns=["dataset", "partition", "alpha", "num_clients", "setting",
+                                     "method", "preset", "paper", "ours_last", "ours_best",
+                                     "diff_last", "diff_best", "ensemble", "n_seeds"])
+    names = method_names or {}
+    df["paper_method"] = df["method"].map(lambda m: names.get(m, m))
+    df["alpha_key"] = df["alpha"].map(_alpha_key)
+    keys = ["dataset", "partition", "alpha_key", "num_clients", "setting", "paper_method",
+            "preset"]
+    ours = (
+        df.groupby(keys, dropna=False, sort=False)
+        .agg(ours_last=("last_acc", "mean"), ours_best=("best_acc", "mean"),
+             ensemble=("ensemble_acc", "mean"), n_seeds=("seed", "nunique"))
+        .reset_index()
+    )
+    pr = paper_results(paper, table).copy()
+    pr["alpha_key"] = pr["alpha"].map(_alpha_key)
+    pr = pr.rename(columns={"method": "paper_method", "accuracy": "paper"})
+    merged = ours.merge(
+        pr[["dataset", "partition", "alpha_key", "num_clients", "setting", "paper_method",
+            "paper"]],
+        on=["dataset", "partition", "alpha_key", "num_clients", "setting", "paper_method"],
+        how="left",
+    )
+    merged["diff_last"] = merged["ours_last"] - merged["paper"]
+    merged["diff_best"] = merged["ours_best"] - merged["paper"]
+    merged = merged.rename(columns={"alpha_key": "alpha", "paper_method": "method"})
+    cols = ["dataset", "partition", "alpha", "num_clients", "setting", "method", "preset",
+            "paper", "ours_last", "ours_best", "diff_last", "diff_best", "ensemble", "n_seeds"]
+    return merged[cols].round(2)
