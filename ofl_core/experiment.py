@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,12 +131,16 @@ def setup_experiment(cfg: ExperimentConfig, dataset: ImageDataset | None = None)
 
 
 def run_methods(
-    setup: Setup, methods: Mapping[str, Any]
+    setup: Setup, methods: Mapping[str, Any] | Sequence[tuple[str, Any]]
 ) -> tuple[list[ResultRecord], dict[str, ServerResult]]:
-    """Run each server method (name → config) on the shared uploads; return records + results."""
+    """Run each server method (name → config, or (name, config) pairs to run one method under
+    several configs) on the shared uploads; return the records and the results keyed by
+    ``"<name>"`` (or ``"<name>/<preset>"`` when a name repeats)."""
     records, results = [], {}
     cfg = setup.cfg
-    for name, mcfg in methods.items():
+    pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
+    names = [n for n, _ in pairs]
+    for name, mcfg in pairs:
         ctx = setup.context()
         t0 = time.perf_counter()
         res = run_method(name, setup.uploads, mcfg, ctx)
@@ -145,7 +149,8 @@ def run_methods(
             res.last_acc = ctx.evaluate(res.model)
         if res.best_acc is None:
             res.best_acc = max([res.last_acc, *res.curve])
-        results[name] = res
+        key = name if names.count(name) == 1 else f"{name}/{getattr(mcfg, 'preset', '')}"
+        results[key] = res
         records.append(ResultRecord(
             experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
             dataset=setup.dataset.paper_dataset, partition=_paper_partition(cfg),
@@ -163,7 +168,7 @@ def run_methods(
 
 
 def run_experiment(
-    cfg: ExperimentConfig, methods: Mapping[str, Any]
+    cfg: ExperimentConfig, methods: Mapping[str, Any] | Sequence[tuple[str, Any]]
 ) -> tuple[list[ResultRecord], dict[str, ServerResult], Setup]:
     """Set up an experiment and run the given methods on it."""
     setup = setup_experiment(cfg)

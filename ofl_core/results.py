@@ -165,7 +165,8 @@ def compare_with_paper(
     )
     pr = paper_results(paper, table).copy()
     pr["alpha_key"] = pr["alpha"].map(_alpha_key)
-    pr = pr.rename(columns={"method": "paper_method", "accuracy": "paper"})
+    pr = pr.drop(columns=["paper"]).rename(columns={"method": "paper_method",
+                                                     "accuracy": "paper"})
     merged = ours.merge(
         pr[["dataset", "partition", "alpha_key", "num_clients", "setting", "paper_method",
             "paper"]],

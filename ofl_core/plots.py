@@ -1,0 +1,118 @@
+"""The notebooks' figures (matplotlib; no global style changes)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+
+def save_figure(fig: Figure, figures_dir: str | os.PathLike, name: str) -> Path:
+    """Save ``fig`` as ``<figures_dir>/<name>.png`` (folders created) and return the path."""
+    d = Path(figures_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{name}.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
+
+
+def plot_partition(counts: np.ndarray, title: str = "", ax: plt.Axes | None = None,
+                   class_names: Sequence[str] | None = None) -> plt.Axes:
+    """Bubble chart of a client×class count matrix (DENSE Figs. 4–5 right, FedCVAE Fig. 3):
+    one column per client, one row per class, dot area ∝ samples."""
+    counts = np.asarray(counts)
+    m, C = counts.shape
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.5 * m, 0.4 * C + 1))
+    cc, kk = np.meshgrid(np.arange(C), np.arange(m))
+    size = counts / max(counts.max(), 1) * 300
+    ax.scatter(kk.ravel(), cc.ravel(), s=size.ravel(), c="tab:red", alpha=0.7)
+    ax.set_xticks(range(m))
+    ax.set_yticks(range(C))
+    if class_names is not None and len(class_names) == C and C <= 20:
+        ax.set_yticklabels(class_names, fontsize=7)
+    ax.set_xlim(-0.6, m - 0.4)
+    ax.set_ylim(-0.6, C - 0.4)
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_partitions(partitions: Mapping[str, np.ndarray],
+                    class_names: Sequence[str] | None = None) -> Figure:
+    """Side-by-side bubble charts of several count matrices, keyed by a title."""
+    n = len(partitions)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 4), squeeze=False)
+    for i, (ax, (title, counts)) in enumerate(zip(axes[0], partitions.items(), strict=True)):
+        plot_partition(counts, title, ax, class_names)
+        if i:
+            ax.set_ylabel("")
+            ax.tick_params(labelleft=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_paper_vs_ours(table: pd.DataFrame, title: str = "") -> Figure:
+    """Grouped bars per method: the paper's number and ours (last and best epoch)."""
+    t = table.copy()
+    t["label"] = t["method"] + np.where(t["preset"] != "paper", " (" + t["preset"] + ")", "")
+    if t["alpha"].nunique() > 1:
+        t["label"] = t["label"] + " α=" + t["alpha"].astype(str)
+    x = np.arange(len(t))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(t)), 3.4))
+    w = 0.27
+    ax.bar(x - w, t["paper"].fillna(0), w, label="paper", color="0.6")
+    ax.bar(x, t["ours_last"], w, label="ours (last)", color="tab:blue")
+    ax.bar(x + w, t["ours_best"], w, label="ours (best)", color="tab:cyan")
+    for xi, p in zip(x, t["paper"], strict=True):
+        if pd.isna(p):
+            ax.text(xi - w, 1, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(x)
+    ax.set_xticklabels(t["label"], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(curves: Mapping[str, Sequence[float]], title: str = "",
+                ylabel: str = "test accuracy (%)") -> Figure:
+    """Test-accuracy curves over server epochs, one line per label."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for label, c in curves.items():
+        ax.plot(range(1, len(c) + 1), c, label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_image_grid(images: np.ndarray, nrow: int = 8, title: str = "") -> Figure:
+    """A grid of images given as float (N, C, H, W) in [0, 1]."""
+    imgs = np.asarray(images)
+    n = len(imgs)
+    ncol = min(nrow, n)
+    rows = int(np.ceil(n / ncol))
+    fig, axes = plt.subplots(rows, ncol, figsize=(ncol * 0.9, rows * 0.9), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for i in range(n):
+        img = imgs[i].transpose(1, 2, 0)
+        ax = axes.ravel()[i]
+        if img.shape[-1] == 1:
+            ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1)
+        else:
+            ax.imshow(np.clip(img, 0, 1))
+    fig.suptitle(title, fontsize=9)
+    return fig
