@@ -77,7 +77,7 @@ def test_train_clients_uses_the_cache(tiny_dataset, tmp_path):
     assert len(cache) == 3 and cache.misses == 3 and cache.hits == 0
     again = train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
     assert cache.hits == 3
-    for u, v in zip(ups, again):
+    for u, v in zip(ups, again, strict=False):
         assert u.num_samples == int(part.sizes[u.client_id]) and u.label_counts is None
         assert all(torch.equal(u.state_dict[k], v.state_dict[k]) for k in u.state_dict)
     other = train_clients(ds, part, LocalTrainConfig(arch="cnn_mnist", epochs=2, batch_size=64),
@@ -106,7 +106,7 @@ def test_parallel_workers_give_the_same_clients(tiny_dataset, tmp_path):
     cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
     serial = train_clients(ds, part, cfg, seed=0, workers=1, progress=False)
     par = train_clients(ds, part, cfg, seed=0, workers=2, progress=False)
-    for u, v in zip(serial, par):
+    for u, v in zip(serial, par, strict=False):
         for k in u.state_dict:
             torch.testing.assert_close(u.state_dict[k], v.state_dict[k], rtol=1e-4, atol=1e-5)
 
