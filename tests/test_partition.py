@@ -62,9 +62,11 @@ def test_partition_is_deterministic_disjoint_and_counted(scheme, kw):
     b = make_partition(y, 5, scheme, seed=3, **kw)
     c = make_partition(y, 5, scheme, seed=4, **kw)
     np.testing.assert_array_equal(a.counts, b.counts)
-    assert all(np.array_equal(i, j) for i, j in zip(a.client_indices, b.client_indices, strict=False))
+    pairs_ab = zip(a.client_indices, b.client_indices, strict=True)
+    assert all(np.array_equal(i, j) for i, j in pairs_ab)
     if scheme != "classes_per_client":
-        assert not all(np.array_equal(i, j) for i, j in zip(a.client_indices, c.client_indices, strict=False))
+        pairs_ac = zip(a.client_indices, c.client_indices, strict=True)
+        assert not all(np.array_equal(i, j) for i, j in pairs_ac)
     allidx = np.concatenate(a.client_indices)
     assert len(allidx) == len(set(allidx.tolist()))  # disjoint
     for k, idx in enumerate(a.client_indices):
