@@ -1,0 +1,98 @@
+"""The notebooks executed with papermill at tiny settings, through run_all.py's code path.
+
+Also: the committed .ipynb files carry no outputs and match their jupytext .py twins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jupytext
+import pytest
+
+import run_all
+from ofl_core.results import read_records
+from ofl_core.runner import NOTEBOOK_DIR, Task, check_parameters, list_notebooks, load_grid
+
+TINY = {
+    "partitions": {"alphas": [0.1], "fedcvae_alphas": [0.01]},
+    "main_tables": {"local_epochs": 1},
+}
+
+
+@pytest.mark.parametrize("nb", sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")))
+def test_notebook_is_paired_and_committed_without_outputs(nb):
+    ipynb = jupytext.read(NOTEBOOK_DIR / f"{nb}.ipynb")
+    py = jupytext.read(NOTEBOOK_DIR / f"{nb}.py")
+    assert [c.source for c in ipynb.cells] == [c.source for c in py.cells], "run jupytext --sync"
+    raw = json.loads((NOTEBOOK_DIR / f"{nb}.ipynb").read_text())
+    for c in raw["cells"]:
+        assert not c.get("outputs"), f"{nb}: commit notebooks without outputs"
+    params = [c for c in raw["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(params) == 1, f"{nb}: needs exactly one cell tagged 'parameters'"
+
+
+def test_every_notebook_has_tiny_settings_here():
+    assert set(TINY) <= set(list_notebooks())
+
+
+def test_unknown_parameters_and_notebooks_are_rejected():
+    with pytest.raises(ValueError, match="has no parameter.*'bogus'.*its parameters are"):
+        check_parameters(Task("main_tables", {"bogus": 1}))
+    with pytest.raises(ValueError, match="unknown notebook 'nope'"):
+        check_parameters(Task("nope"))
+    with pytest.raises(ValueError, match="set by the runner"):
+        check_parameters(Task("main_tables", {"figures_dir": "x"}))
+
+
+def test_grid_file_expands_products(tmp_path):
+    g = tmp_path / "g.yaml"
+    g.write_text("main_tables:\n  - grid: {seeds: [[1], [2]], alphas: [[0.1], [0.5]]}\n"
+                 "    local_epochs: 1\npartitions:\n")
+    tasks = load_grid(g)
+    assert len(tasks) == 5
+    assert tasks[0].parameters == {"local_epochs": 1, "seeds": [1], "alphas": [0.1]}
+    assert len({t.run_id() for t in tasks}) == 5
+
+
+@pytest.mark.slow
+def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({
+        "partitions": [TINY["partitions"]],
+        "main_tables": [TINY["main_tables"], {"dataset": "no_such_dataset"}],
+    }))
+    out = tmp_path / "out"
+    rc = run_all.main(["--grid", str(grid), "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1, text
+    assert "3 tasks: 2 ran, 0 skipped (already done), 1 failed" in text
+    assert "unknown dataset 'no_such_dataset'" in text
+
+    runs = sorted((out / "runs" / "main_tables").glob("*.json"))
+    assert len(runs) == 1
+    recs = read_records(runs[0].with_suffix(".ipynb"))
+    assert {r.method for r in recs} == {"fedavg", "fedoneshot", "ensemble"}
+    side = json.loads(runs[0].read_text())
+    assert [r["method"] for r in side["records"]] == [r.method for r in recs]
+    for r in recs:
+        assert r.dataset == "fmnist" and r.data_source == "fmnist_embedded"
+        assert r.num_clients == 5 and 0.0 <= r.last_acc <= 100.0
+    assert list((out / "figures" / "partitions").glob("*.png"))
+    # two main_tables tasks in one batch: each run's figures in its own folder
+    assert len(list((out / "figures" / "main_tables").rglob("dense_t1_paper_vs_ours.png"))) == 1
+    index = (out / "report" / "index.html").read_text()
+    assert "dense T1: paper vs ours" in index and "41.69" in index
+    assert "Failed runs" in index
+
+    rc = run_all.main(["--grid", str(grid), "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1
+    assert "3 tasks: 0 ran, 2 skipped (already done), 1 failed" in text
+
+
+def test_committed_reference_notebooks_exist():
+    ref = Path(__file__).parent / "reference"
+    for nb in TINY:
+        assert (ref / f"{nb}.ipynb").is_file(), "run scripts/make_reference_notebooks.py"
