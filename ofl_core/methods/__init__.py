@@ -1,0 +1,41 @@
+"""Server methods: each module has a ``<Name>Config`` (paper defaults + ``preset``) and
+``run(uploads, cfg, ctx) -> ServerResult``. :data:`METHODS` maps a method name to both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import ensemble, fedavg, fedoneshot
+from .base import ServerContext, ServerResult, check_homogeneous
+
+#: method name -> (config class, run function)
+METHODS: dict[str, tuple[type, Callable[..., ServerResult]]] = {
+    "fedavg": (fedavg.FedAvgConfig, fedavg.run),
+    "fedoneshot": (fedoneshot.FedOneShotConfig, fedoneshot.run),
+    "ensemble": (ensemble.EnsembleConfig, ensemble.run),
+}
+
+
+def method_config(name: str, preset: str = "paper", **overrides: Any) -> Any:
+    """The config of method ``name`` for ``preset``, with field overrides."""
+    import dataclasses
+
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}")
+    cfg = METHODS[name][0].for_preset(preset)
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    bad = sorted(set(overrides) - fields)
+    if bad:
+        raise ValueError(f"{name}: unknown config field(s) {bad}; fields: {sorted(fields)}")
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+def run_method(name: str, uploads: list, cfg: Any, ctx: ServerContext) -> ServerResult:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}")
+    return METHODS[name][1](uploads, cfg, ctx)
+
+
+__all__ = ["METHODS", "ServerContext", "ServerResult", "check_homogeneous", "method_config",
+           "run_method"]
