@@ -186,3 +186,31 @@ def _config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
     blob = json.dumps({"exp": cfg.hash(), "method": dataclasses.asdict(mcfg)}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def configure_methods(
+    names: Sequence[str],
+    presets: Sequence[str] = ("paper",),
+    common: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[tuple[str, Any]]:
+    """(name, config) pairs for every method × preset, as notebooks take them from parameters.
+
+    ``common`` fields (e.g. ``{"epochs": 20}`` for a quick server) are applied to every config
+    that has such a field; ``overrides[name]`` fields to that method only (unknown fields there
+    are an error, naming the method's fields).
+    """
+    from .methods import method_config
+
+    out = []
+    for name in names:
+        for preset in presets:
+            cfg = method_config(name, preset)
+            fields = {f.name for f in dataclasses.fields(cfg)}
+            upd = {k: v for k, v in (common or {}).items() if k in fields}
+            cfg = dataclasses.replace(cfg, **upd) if upd else cfg
+            own = dict((overrides or {}).get(name, {}))
+            if own:
+                cfg = method_config(name, preset, **{**upd, **own})
+            out.append((name, cfg))
+    return out

@@ -19,6 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 RECORDS_MIME = "application/vnd.ofl.records+json"
+COMPARE_COLUMNS = ["dataset", "data_source", "partition", "alpha", "num_clients", "setting",
+                   "method", "preset", "paper", "ours_last", "ours_best", "diff_last",
+                   "diff_best", "ensemble", "n_seeds"]
 
 
 @dataclass(frozen=True)
@@ -149,14 +152,13 @@ def compare_with_paper(
     """
     df = records_frame(records)
     if df.empty:
-        return pd.DataFrame(columns=["dataset", "partition", "alpha", "num_clients", "setting",
-                                     "method", "preset", "paper", "ours_last", "ours_best",
-                                     "diff_last", "diff_best", "ensemble", "n_seeds"])
+        return pd.DataFrame(columns=COMPARE_COLUMNS)
     names = method_names or {}
     df["paper_method"] = df["method"].map(lambda m: names.get(m, m))
     df["alpha_key"] = df["alpha"].map(_alpha_key)
-    keys = ["dataset", "partition", "alpha_key", "num_clients", "setting", "paper_method",
-            "preset"]
+    df["data_source"] = df["data_source"].fillna("").replace("", None).fillna(df["dataset"])
+    keys = ["dataset", "data_source", "partition", "alpha_key", "num_clients", "setting",
+            "paper_method", "preset"]
     ours = (
         df.groupby(keys, dropna=False, sort=False)
         .agg(ours_last=("last_acc", "mean"), ours_best=("best_acc", "mean"),
@@ -176,6 +178,4 @@ def compare_with_paper(
     merged["diff_last"] = merged["ours_last"] - merged["paper"]
     merged["diff_best"] = merged["ours_best"] - merged["paper"]
     merged = merged.rename(columns={"alpha_key": "alpha", "paper_method": "method"})
-    cols = ["dataset", "partition", "alpha", "num_clients", "setting", "method", "preset",
-            "paper", "ours_last", "ours_best", "diff_last", "diff_best", "ensemble", "n_seeds"]
-    return merged[cols].round(2)
+    return merged[COMPARE_COLUMNS].round(2)
