@@ -2,7 +2,7 @@
 """Execute the ofl notebooks with papermill and build figures/ and report/index.html.
 
     python run_all.py --quick                 # every notebook at its quick CPU defaults
-    python run_all.py --full                  # papers' settings (GPU; notebooks/grids/full.yaml)
+    python run_all.py --full                  # papers' settings (GPU; notebooks/grids/full/)
     python run_all.py --grid my_grid.yaml     # your own grid: {notebook: [ {param: value}, ... ]}
     python run_all.py --quick --only main_tables --out /tmp/ofl
 
@@ -26,7 +26,7 @@ from ofl_core.runner import (
     run_tasks,
 )
 
-FULL_GRID = NOTEBOOK_DIR / "grids" / "full.yaml"
+FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_true",
                       help="each notebook once at its defaults (embedded data, CPU; default)")
     mode.add_argument("--full", action="store_true",
-                      help="the papers' settings (notebooks/grids/full.yaml; for GPUs)")
+                      help="the papers' settings (notebooks/grids/full/; for GPUs)")
     mode.add_argument("--grid", metavar="FILE", help="YAML grid: {notebook: [ {param: value} ]}")
     ap.add_argument("--only", action="append", default=[], metavar="NAME",
                     help="run only these notebooks (repeat or comma-separate)")

@@ -100,11 +100,19 @@ def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
 
 
 def load_grid(path: str | os.PathLike) -> list[Task]:
-    """Tasks from a YAML grid: ``{notebook: [ {param: value, ...}, ... ]}``.
+    """Tasks from a YAML grid: ``{notebook: [ {param: value, ...}, ... ]}``, or from every
+    ``*.yaml`` file of a folder (``notebooks/grids/full/`` holds one file per notebook).
 
     An entry may also hold ``grid: {param: [v1, v2], ...}`` (with optional fixed keys beside
     it), expanded to the Cartesian product.
     """
+    p = Path(path)
+    if p.is_dir():
+        return [t for f in sorted(p.glob("*.yaml")) for t in load_grid(f)]
+    return _load_grid_file(p)
+
+
+def _load_grid_file(path: Path) -> list[Task]:
     import itertools
 
     import yaml

@@ -13,12 +13,19 @@ import pytest
 
 import run_all
 from ofl_core.results import read_records
-from ofl_core.runner import NOTEBOOK_DIR, Task, check_parameters, list_notebooks, load_grid
+from ofl_core.runner import (
+    NOTEBOOK_DIR,
+    Task,
+    check_parameters,
+    execute_task,
+    list_notebooks,
+    load_grid,
+)
 
-TINY = {
-    "partitions": {"alphas": [0.1], "fedcvae_alphas": [0.01]},
-    "main_tables": {"local_epochs": 1},
-}
+GRIDS = NOTEBOOK_DIR / "grids"
+TINY = {t.notebook: t.parameters for t in load_grid(GRIDS / "tiny")}
+#: notebooks that publish no accuracy records (figures and tables only)
+NO_RECORDS = {"partitions"}
 
 
 @pytest.mark.parametrize("nb", sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")))
@@ -33,8 +40,30 @@ def test_notebook_is_paired_and_committed_without_outputs(nb):
     assert len(params) == 1, f"{nb}: needs exactly one cell tagged 'parameters'"
 
 
-def test_every_notebook_has_tiny_settings_here():
-    assert set(TINY) <= set(list_notebooks())
+def test_every_notebook_has_tiny_and_full_grids_with_known_parameters():
+    notebooks = set(list_notebooks())
+    full = load_grid(GRIDS / "full")
+    assert set(TINY) == notebooks, "add notebooks/grids/tiny/<notebook>.yaml"
+    assert {t.notebook for t in full} == notebooks, "add notebooks/grids/full/<notebook>.yaml"
+    for t in [*full, *(Task(nb, p) for nb, p in TINY.items())]:
+        check_parameters(t)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", sorted(TINY))
+def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
+    task = Task(nb, TINY[nb])
+    res = execute_task(task, tmp_path, tmp_path / "figures" / nb)
+    assert res.status == "done", res.error
+    assert list((tmp_path / "figures" / nb).glob("*.png")), "every notebook saves a figure"
+    recs = read_records(tmp_path / "runs" / nb / f"{res.run_id}.ipynb")
+    if nb in NO_RECORDS:
+        return
+    assert recs, f"{nb} published no records"
+    for r in recs:
+        assert 0.0 <= r.last_acc <= 100.0 and r.best_acc >= r.last_acc - 1e-6
+        assert r.paper in ("dense", "fedhydra", "fedcvae") and r.table.startswith("T")
+        assert r.data_source
 
 
 def test_unknown_parameters_and_notebooks_are_rejected():
@@ -61,7 +90,8 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     grid = tmp_path / "grid.yaml"
     grid.write_text(json.dumps({
         "partitions": [TINY["partitions"]],
-        "main_tables": [TINY["main_tables"], {"dataset": "no_such_dataset"}],
+        "main_tables": [{"local_epochs": 1, "methods": ["fedavg", "fedoneshot", "ensemble"]},
+                        {"dataset": "no_such_dataset"}],
     }))
     out = tmp_path / "out"
     rc = run_all.main(["--grid", str(grid), "--out", str(out)])
@@ -94,5 +124,5 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
 
 def test_committed_reference_notebooks_exist():
     ref = Path(__file__).parent / "reference"
-    for nb in TINY:
+    for nb in ("partitions", "main_tables"):
         assert (ref / f"{nb}.ipynb").is_file(), "run scripts/make_reference_notebooks.py"
