@@ -21,7 +21,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .results import compare_with_paper, read_records, records_frame, write_json_atomic
+from .results import (
+    compare_with_paper,
+    paper_results,
+    read_records,
+    records_frame,
+    write_json_atomic,
+)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 #: Parameters the runner sets itself (a grid may not override them).
@@ -245,6 +251,22 @@ def finished_runs(out: Path) -> list[dict]:
     return runs
 
 
+def paper_tables_for(records: list[dict]) -> list[tuple[str, str, object]]:
+    """Every paper table with at least one cell matching these records (plus the tables the
+    records name themselves), each as a paper-vs-ours comparison."""
+    if not records:
+        return []
+    own = records_frame(records)[["paper", "table"]].drop_duplicates()
+    keys = {(p, t) for p, t in own.itertuples(index=False) if p}
+    cells = paper_results()[["paper", "table"]].drop_duplicates()
+    out = []
+    for paper, table in sorted({*keys, *cells.itertuples(index=False)}):
+        cmp = compare_with_paper(records, paper, table)
+        if (paper, table) in keys or cmp["paper"].notna().any():
+            out.append((paper, table, cmp))
+    return out
+
+
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) -> Path:
     """``<out>/report/index.html``: paper-vs-ours tables of every finished run, figures,
     links to each executed notebook rendered without inputs (nbconvert), and failures."""
@@ -278,14 +300,9 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) ->
     for nb, nb_runs in sorted(by_nb.items()):
         parts.append(f"<h2>{html.escape(nb)}</h2>")
         records = [rec for r in nb_runs for rec in r.get("records", [])]
-        if records:
-            df = records_frame(records)
-            for (paper, table), _ in df.groupby(["paper", "table"]):
-                if not paper:
-                    continue
-                cmp = compare_with_paper(records, paper, table)
-                parts.append(f"<h3>{html.escape(paper)} {html.escape(table)}: paper vs ours</h3>")
-                parts.append(cmp.to_html(index=False, na_rep="n/a", float_format="%.2f"))
+        for paper, table, cmp in paper_tables_for(records):
+            parts.append(f"<h3>{html.escape(paper)} {html.escape(table)}: paper vs ours</h3>")
+            parts.append(cmp.to_html(index=False, na_rep="n/a", float_format="%.2f"))
         for r in nb_runs:
             rid = r["run_id"]
             page = rep / nb / f"{rid}.html"
