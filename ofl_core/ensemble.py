@@ -1,4 +1,5 @@
-"""The teacher ensemble D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1) and FedOneShot's combiners."""
+"""The teacher ensemble D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1), FedOneShot's combiners and
+FedHydra's stratified aggregation (Eqs. 8–11)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,97 @@ class Ensemble(nn.Module):
         votes = F.one_hot(logits.argmax(-1), logits.shape[-1]).sum(0).float()
         # argmax returns the first maximum, i.e. ties go to the lowest class index
         return F.one_hot(votes.argmax(-1), logits.shape[-1]).float()
+
+
+# --------------------------------------------------------------------------------------------
+# FedHydra's stratified aggregation (SA)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_sa_weights(client_logits: torch.Tensor, U_r: torch.Tensor, U_c: torch.Tensor
+                      ) -> tuple[int, int, int]:
+    if client_logits.dim() != 3:
+        raise ValueError(f"client_logits must be (m, B, C) (got shape "
+                         f"{tuple(client_logits.shape)})")
+    m, b, c = client_logits.shape
+    for name, w in (("U_r", U_r), ("U_c", U_c)):
+        if tuple(w.shape) != (c, m):
+            raise ValueError(f"{name} must be (C, m) = ({c}, {m}) — rows classes, columns "
+                             f"clients (got {tuple(w.shape)})")
+    return m, b, c
+
+
+def sa_logits(
+    client_logits: torch.Tensor,
+    y: torch.Tensor | None,
+    U_r: torch.Tensor,
+    U_c: torch.Tensor,
+    rescale: bool = False,
+) -> torch.Tensor:
+    """Stratified aggregation, FedHydra Eqs. 8–11 (Alg. 3).
+
+    ``client_logits``: (m, B, C), the clients' logits P_k. ``U_r``, ``U_c``: (C, m) (rows =
+    classes, columns = clients; :mod:`ofl_core.stratification`). With target labels ``y`` (B,):
+    P̂_k = P_k ⊙ Ū_c(:, k) (Eq. 8: column j of P_k scaled by client k's class-j weight), then
+    P[i, :] = Σ_k Ū_r(y_i, k)·P̂_k[i, :] (Eqs. 9–11: the clients combined with the weights of the
+    sample's target class).
+
+    ``y=None`` gives the label-free form for real data, where no target label exists (the paper
+    is silent; docs/decisions.md): P[i, j] = Σ_k Ū_r(j, k)·Ū_c(j, k)·P_k[i, j] — each class's
+    logit is combined with that class's client weights.
+
+    Scale: Ū_c's columns sum to 1 over classes, so P is about 1/C of the mean of logits (exactly
+    mean/C with uniform weights), i.e. a softmax temperature of C in every CE/KL on P.
+    ``rescale=True`` multiplies P by C (SPEC §4); argmax is unchanged.
+    """
+    _, _, c = _check_sa_weights(client_logits, U_r, U_c)
+    wr = U_r.to(device=client_logits.device, dtype=client_logits.dtype)
+    wc = U_c.to(device=client_logits.device, dtype=client_logits.dtype)
+    if y is None:
+        out = torch.einsum("kbc,ck->bc", client_logits, wr * wc)
+    else:
+        if y.shape != client_logits.shape[1:2]:
+            raise ValueError(f"y must have shape ({client_logits.shape[1]},) (got "
+                             f"{tuple(y.shape)})")
+        v = wr[y.to(client_logits.device)]  # (B, m), Eq. 10
+        out = torch.einsum("kbc,ck,bk->bc", client_logits, wc, v)
+    return out * c if rescale else out
+
+
+class SAEnsemble(nn.Module):
+    """Frozen client models combined by label-free stratified aggregation (FedHydra Fig. 8's
+    "SA" ensemble evaluated on real test data; :func:`sa_logits` with ``y=None``).
+
+    ``U_r``, ``U_c``: (C, m) stratified weights (:class:`ofl_core.stratification.Stratification`).
+    ``forward(x)`` returns SA logits (B, C); ``forward(x, y)`` the label-conditioned SA
+    (Eqs. 8–11).
+    """
+
+    def __init__(self, models: Sequence[nn.Module], U_r: torch.Tensor, U_c: torch.Tensor,
+                 rescale: bool = False) -> None:
+        super().__init__()
+        if len(models) == 0:
+            raise ValueError("an ensemble needs at least one model")
+        self.members = nn.ModuleList(models)
+        for mdl in self.members:
+            mdl.eval().requires_grad_(False)
+        m = len(models)
+        if U_r.dim() != 2 or U_r.shape[1] != m or U_c.shape != U_r.shape:
+            raise ValueError(f"U_r and U_c must both be (C, {m}) (got {tuple(U_r.shape)} and "
+                             f"{tuple(U_c.shape)})")
+        self.register_buffer("U_r", U_r.detach().float().clone())
+        self.register_buffer("U_c", U_c.detach().float().clone())
+        self.rescale = rescale
+
+    def train(self, mode: bool = True) -> SAEnsemble:  # members stay frozen in eval mode
+        super().train(mode)
+        for mdl in self.members:
+            mdl.eval()
+        return self
+
+    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Stacked logits (m, B, C) of every member."""
+        return torch.stack([mdl(x) for mdl in self.members])
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return sa_logits(self.member_logits(x), y, self.U_r, self.U_c, self.rescale)

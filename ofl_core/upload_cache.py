@@ -40,7 +40,7 @@ def state_hash(state: dict[str, torch.Tensor]) -> str:
         h.update(k.encode())
         t = state[k].detach().cpu().contiguous()
         h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]
 
 

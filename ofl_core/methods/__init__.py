@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import ensemble, fedavg, fedoneshot
+from . import adi, dafl, dense, ensemble, fedavg, fedcvae, feddf, fedhydra, fedoneshot, ot_fusion
 from .base import ServerContext, ServerResult, check_homogeneous
 
 #: method name -> (config class, run function)
@@ -14,6 +14,16 @@ METHODS: dict[str, tuple[type, Callable[..., ServerResult]]] = {
     "fedavg": (fedavg.FedAvgConfig, fedavg.run),
     "fedoneshot": (fedoneshot.FedOneShotConfig, fedoneshot.run),
     "ensemble": (ensemble.EnsembleConfig, ensemble.run),
+    "fedcvae-ens": (fedcvae.FedCVAEEnsConfig, fedcvae.run_ens),
+    "fedcvae-kd": (fedcvae.FedCVAEKDConfig, fedcvae.run_kd),
+    "param-avg": (fedcvae.FedCVAEParamAvgConfig, fedcvae.run_param_avg),
+    "kd": (fedcvae.FedCVAEKDConfig, fedcvae.run_kd_t6),
+    "dense": (dense.DenseConfig, dense.run),
+    "fed-dafl": (dafl.FedDAFLConfig, dafl.run),
+    "fed-adi": (adi.FedADIConfig, adi.run),
+    "feddf": (feddf.FedDFConfig, feddf.run),
+    "fedhydra": (fedhydra.FedHydraConfig, fedhydra.run),
+    "ot": (ot_fusion.OTFusionConfig, ot_fusion.run),
 }
 
 

@@ -1,0 +1,441 @@
+"""FedCVAE client side (SPEC §3; FedCVAE Alg. 3, §3.2, §3.3, App. C Tables 3/4/8).
+
+A FedCVAE client trains a CVAE on its data (Adam lr 1e-3, batch 32, T_L epochs, loss = negated
+Eq. 1) and uploads **its decoder only** plus its label counts: a :class:`ClientUpload` with
+``kind="decoder"``, ``arch`` = the CVAE variant, ``model_kwargs={"latent_dim": d}``. The encoder
+never leaves the client. Optional extensions: label-count noise before upload (Table 8) and a
+secret prior mean μ (security shift, §3.3).
+
+This module also holds the per-dataset hyperparameters of Tables 3/4 (:data:`FEDCVAE_HPARAMS`)
+and the local-training configs of FedCVAE's own FedAvg/FedOneShot baselines
+(:func:`baseline_local_config`), so every FedCVAE number lives in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .clients import (
+    ClientUpload,
+    LocalTrainConfig,
+    UploadError,
+    check_preset,
+    client_seed,
+    resolve_workers,
+)
+from .data.datasets import ImageDataset
+from .data.partition import Partition
+from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae, build_decoder
+from .upload_cache import UploadCache
+
+
+@dataclass(frozen=True)
+class FedCVAEHParams:
+    """One dataset's column of FedCVAE Table 4 (Table 3's shared values are config defaults)."""
+
+    fedavg_local_epochs: int
+    fedoneshot_local_epochs: int
+    cvae_local_epochs: int
+    ens_latent_dim: int
+    ens_classifier_epochs: int
+    ens_trunc_width: float
+    kd_latent_dim: int
+    kd_classifier_epochs: int
+    kd_decoder_epochs: int
+    kd_trunc_width: float
+
+
+#: FedCVAE Table 4, per dataset (MNIST, FashionMNIST, SVHN).
+FEDCVAE_HPARAMS: dict[str, FedCVAEHParams] = {
+    "mnist": FedCVAEHParams(10, 15, 15, 10, 10, 3.0, 10, 10, 7, 1.0),
+    "fmnist": FedCVAEHParams(10, 15, 25, 10, 5, 3.0, 100, 5, 10, 2.0),
+    "svhn": FedCVAEHParams(5, 10, 50, 10, 5, 3.0, 10, 5, 80, 3.0),
+}
+
+
+def fedcvae_hparams(dataset: str) -> FedCVAEHParams:
+    """Table 4 column of ``dataset`` ("mnist", "fmnist", "svhn"; "fmnist_embedded" and a
+    resized name like "fmnist@32" map to their paper dataset)."""
+    key = dataset.split("@")[0].lower()
+    key = {"fmnist_embedded": "fmnist", "fashionmnist": "fmnist", "fashion": "fmnist"}.get(key, key)
+    if key not in FEDCVAE_HPARAMS:
+        raise ValueError(
+            f"dataset: FedCVAE's Table 4 has no column for {dataset!r}; choose one of "
+            f"{', '.join(FEDCVAE_HPARAMS)} (the settings of the closest dataset can be passed "
+            "field by field)"
+        )
+    return FEDCVAE_HPARAMS[key]
+
+
+def baseline_local_config(dataset: str, method: Literal["fedavg", "fedoneshot"],
+                          preset: str = "paper") -> LocalTrainConfig:
+    """Local training of FedCVAE's FedAvg / FedOneShot clients (SPEC §3, Tables 3/4).
+
+    McMahan CNN, Adam lr 1e-3, batch 32, T_L = 10/10/5 (FedAvg) or 15/15/10 (FedOneShot)
+    epochs for MNIST/FMNIST/SVHN. ⚑ ``preset="authors_code"``: the CNN without ReLU after its
+    convolutions (``conv_relu=False``), as in the authors' ``Classifier``.
+    """
+    check_preset(preset)
+    hp = fedcvae_hparams(dataset)
+    if method not in ("fedavg", "fedoneshot"):
+        raise ValueError(f"method must be 'fedavg' or 'fedoneshot' (got {method!r})")
+    epochs = hp.fedavg_local_epochs if method == "fedavg" else hp.fedoneshot_local_epochs
+    return LocalTrainConfig(
+        arch="mcmahan_cnn", optimizer="adam", lr=1e-3, momentum=0.0, batch_size=32,
+        epochs=epochs, model_kwargs=(("conv_relu", preset == "paper"),), preset=preset,
+    )
+
+
+@dataclass(frozen=True)
+class CVAETrainConfig:
+    """Local CVAE training and upload of one FedCVAE client (SPEC §3; Tables 3/4, Alg. 3).
+
+    Adam lr 1e-3, batch 32, ``epochs`` = T_L (15/25/50 for MNIST/FMNIST/SVHN), β = 1, latent
+    dimension d (10; FedCVAE-KD on FMNIST uses 100). Flagged differences:
+
+    - ⚑ ``condition_encoder``: True = q(z|x,y) as in Eq. 1 (paper); the authors' code's
+      encoder does not see y (False).
+    - ⚑ ``label_noise``: Table 8 noise ε_c ~ N(0, γ·n_k) on each class count before upload;
+      "variance" (paper: γ·n_k is the variance) or "std" (authors' code: γ·n_k is the standard
+      deviation). ``label_noise_gamma`` = γ (0 = exact counts). Noised counts are clipped at 0
+      and rounded to integers. Noise does not change training (not part of the cache key).
+    - ``prior_mean``: secret prior centre μ (security shift, §3.3); None = N(0, I).
+    - ``shared_init``: all clients of a variant start from the same weights (off: Alg. 3 line 2
+      initialises each client's CVAE itself, and so does the authors' code by default).
+    """
+
+    variant: str = "cvae"
+    latent_dim: int = 10
+    epochs: int = 25
+    lr: float = 1e-3
+    batch_size: int = 32
+    beta: float = 1.0
+    condition_encoder: bool = True
+    prior_mean: tuple[float, ...] | None = None
+    shared_init: bool = False
+    label_noise_gamma: float = 0.0
+    label_noise: Literal["variance", "std"] = "variance"
+    label_noise_seed: int | None = None
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_preset(self.preset)
+        if self.variant not in CVAE_VARIANTS:
+            raise ValueError(
+                f"variant: unknown CVAE variant {self.variant!r}; known: {', '.join(CVAE_VARIANTS)}"
+            )
+        if self.latent_dim < 1:
+            raise ValueError(f"latent_dim must be ≥ 1 (got {self.latent_dim})")
+        if self.epochs < 0:
+            raise ValueError(f"epochs must be ≥ 0 (got {self.epochs})")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1 (got {self.batch_size})")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0 (got {self.lr})")
+        if self.beta < 0:
+            raise ValueError(f"beta must be ≥ 0 (got {self.beta})")
+        if self.label_noise_gamma < 0 or not math.isfinite(self.label_noise_gamma):
+            raise ValueError(f"label_noise_gamma must be a finite γ ≥ 0 "
+                             f"(got {self.label_noise_gamma})")
+        if self.label_noise not in ("variance", "std"):
+            raise ValueError(f"label_noise must be 'variance' or 'std' (got {self.label_noise!r})")
+        if self.prior_mean is not None:
+            if len(self.prior_mean) != self.latent_dim:
+                raise ValueError(f"prior_mean has {len(self.prior_mean)} entries but latent_dim "
+                                 f"is {self.latent_dim}")
+            if not all(math.isfinite(v) for v in self.prior_mean):
+                raise ValueError("prior_mean must be finite")
+
+    @classmethod
+    def for_dataset(cls, dataset: str = "fmnist", method: Literal["ens", "kd"] = "ens",
+                    preset: str = "paper", **overrides: object) -> CVAETrainConfig:
+        """Table 4 settings of ``dataset`` for FedCVAE-Ens or -KD (their d differs on FMNIST)."""
+        check_preset(preset)
+        if method not in ("ens", "kd"):
+            raise ValueError(f"method must be 'ens' or 'kd' (got {method!r})")
+        hp = fedcvae_hparams(dataset)
+        base = cls(
+            latent_dim=hp.ens_latent_dim if method == "ens" else hp.kd_latent_dim,
+            epochs=hp.cvae_local_epochs,
+            condition_encoder=preset == "paper",
+            label_noise="variance" if preset == "paper" else "std",
+            preset=preset,
+        )
+        return replace(base, **overrides)
+
+    @classmethod
+    def for_preset(cls, preset: str = "paper", **overrides: object) -> CVAETrainConfig:
+        """FMNIST FedCVAE-Ens settings for ``preset`` (see :meth:`for_dataset`)."""
+        return cls.for_dataset("fmnist", "ens", preset, **overrides)
+
+    def training_fields(self) -> dict:
+        """The fields that determine the trained decoder (the cache key's part)."""
+        d = asdict(self)
+        for k in ("label_noise_gamma", "label_noise", "label_noise_seed", "preset"):
+            d.pop(k)
+        return d
+
+
+def secret_prior_mean(latent_dim: int, scale: float, seed: int) -> tuple[float, ...]:
+    """A secret prior centre μ ~ U(−scale, scale)^d (security shift, §3.3), from ``seed``.
+
+    The paper only says "a random position in real space"; the uniform box is our choice
+    (docs/decisions.md). ``scale=0`` gives μ = 0 (⚑ the authors' code never shifts the prior).
+    """
+    if scale < 0:
+        raise ValueError(f"scale must be ≥ 0 (got {scale})")
+    g = torch.Generator().manual_seed(int(seed))
+    mu = (2.0 * torch.rand(latent_dim, generator=g, dtype=torch.float64) - 1.0) * scale
+    return tuple(float(v) for v in mu)
+
+
+def heterogeneous_variants(num_clients: int, seed: int,
+                           variants: Sequence[str] = CVAE_VARIANTS) -> list[str]:
+    """One CVAE variant per client, drawn uniformly (as the authors' code does with
+    ``random.choice``) from a seeded generator — FedCVAE Fig. 4's heterogeneous setting."""
+    for v in variants:
+        if v not in CVAE_VARIANTS:
+            raise ValueError(f"unknown CVAE variant {v!r}; known: {', '.join(CVAE_VARIANTS)}")
+    rng = np.random.default_rng([int(seed), 4])
+    return [str(variants[int(i)]) for i in rng.integers(0, len(variants), size=num_clients)]
+
+
+def noisy_label_counts(counts: Sequence[int] | np.ndarray, gamma: float,
+                       mode: Literal["variance", "std"], generator: torch.Generator
+                       ) -> tuple[int, ...]:
+    """FedCVAE Table 8: counts + ε, ε_c ~ N(0, γ·n_k) (``mode="variance"``, paper) or
+    N(0, (γ·n_k)²) (``mode="std"``, ⚑ authors' code), clipped at 0, rounded to integers."""
+    c = torch.as_tensor(np.asarray(counts, dtype=np.float64))
+    if gamma == 0:
+        return tuple(int(v) for v in c.round().long())
+    n_k = float(c.sum())
+    std = math.sqrt(gamma * n_k) if mode == "variance" else gamma * n_k
+    noise = torch.randn(c.shape, generator=generator, dtype=torch.float64) * std
+    return tuple(int(v) for v in (c + noise).clamp_(min=0.0).round().long())
+
+
+def cvae_init_seed(seed: int, client_id: int, cfg: CVAETrainConfig) -> int:
+    """Seed of a client's initial CVAE weights: per client, or per variant with
+    ``shared_init``."""
+    tag = int.from_bytes(cfg.variant.encode()[:8].ljust(8, b"\0"), "little")
+    stream = [int(seed), 2 * 10**6, tag] if cfg.shared_init else [int(seed), 3 * 10**6,
+                                                                 int(client_id)]
+    return int(np.random.SeedSequence(stream).generate_state(1)[0])
+
+
+def train_cvae(
+    x: torch.Tensor, y: torch.Tensor, cfg: CVAETrainConfig, num_classes: int, seed: int,
+    init_seed: int, device: str | torch.device = "cpu", progress: bool = True,
+    desc: str = "cvae",
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """Train one client's CVAE (Alg. 3) on uint8 images ``x`` and labels ``y``.
+
+    Returns (decoder state_dict on the CPU, mean training loss per epoch). Data stays a device
+    tensor; batch order and reparameterisation noise come from a generator seeded ``seed``.
+    """
+    dev = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        model = build_cvae(cfg.variant, num_classes, int(x.shape[1]), int(x.shape[-1]),
+                           cfg.latent_dim, cfg.condition_encoder, cfg.prior_mean)
+    model.to(dev).train()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    xd, yd = x.to(dev), y.to(dev)
+    n = len(yd)
+    steps = math.ceil(n / cfg.batch_size)
+    history: list[float] = []
+    for _ in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+        perm = torch.randperm(n, generator=gen, device=dev)
+        total = torch.zeros((), device=dev)
+        for s in range(steps):
+            idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
+            loss, _, _ = model.loss(xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.detach() * len(idx)
+        history.append(float(total) / max(n, 1))  # one host sync per epoch
+    state = {k: v.detach().cpu().clone() for k, v in model.decoder.state_dict().items()}
+    return state, history
+
+
+def cvae_key_payload(dataset: ImageDataset, partition: Partition, client_id: int,
+                     cfg: CVAETrainConfig, seed: int) -> dict:
+    """Everything that determines a trained client decoder (hashed into its cache key)."""
+    return {
+        "kind": "cvae_decoder",
+        "dataset": dataset.name,
+        "data": dataset.fingerprint(),
+        "partition": partition.fingerprint(),
+        "client_id": int(client_id),
+        "train": cfg.training_fields(),
+        "seed": int(seed),
+        "init_scheme": "shared-per-variant" if cfg.shared_init else "per-client",
+    }
+
+
+def make_decoder_upload(
+    client_id: int, decoder_state: dict[str, torch.Tensor], counts: Sequence[int] | np.ndarray,
+    cfg: CVAETrainConfig, num_classes: int, in_channels: int, image_size: int, seed: int,
+) -> ClientUpload:
+    """The upload of a FedCVAE client: decoder state_dict + (optionally noised) label counts.
+
+    ``num_samples`` is the sum of the uploaded counts, so a noised upload reveals no exact n_k.
+    """
+    if cfg.label_noise_gamma > 0:
+        nseed = seed if cfg.label_noise_seed is None else cfg.label_noise_seed
+        g = torch.Generator().manual_seed(client_seed(nseed, 10_000 + int(client_id)))
+        up_counts = noisy_label_counts(counts, cfg.label_noise_gamma, cfg.label_noise, g)
+    else:
+        up_counts = tuple(int(v) for v in counts)
+    return ClientUpload(
+        client_id=int(client_id), arch=cfg.variant, state_dict=decoder_state,
+        num_classes=num_classes, in_channels=in_channels, image_size=image_size,
+        num_samples=int(sum(up_counts)), model_kwargs={"latent_dim": cfg.latent_dim},
+        label_counts=up_counts, kind="decoder",
+    )
+
+
+def _train_job(args: tuple) -> tuple[dict[str, torch.Tensor], list[float]]:
+    x, y, cfg, num_classes, seed, init_seed, threads = args
+    torch.set_num_threads(threads)
+    return train_cvae(x, y, cfg, num_classes, seed, init_seed, "cpu", progress=False)
+
+
+def train_cvae_clients(
+    dataset: ImageDataset,
+    partition: Partition,
+    cfg: CVAETrainConfig | Sequence[CVAETrainConfig],
+    seed: int,
+    cache: UploadCache | None = None,
+    device: str | torch.device = "cpu",
+    workers: int | str = "auto",
+    progress: bool = True,
+) -> list[ClientUpload]:
+    """Train every client's CVAE (or load its decoder from ``cache``); return decoder uploads.
+
+    ``cfg`` is one config or one per client (heterogeneous CVAEs, Fig. 4). Clients are
+    independent: with several CPU cores they train in worker processes (``workers``, as in
+    :func:`ofl_core.clients.train_clients`). Each finished decoder is cached at once.
+    """
+    m = partition.num_clients
+    cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
+    if len(cfgs) != m:
+        raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
+    if dataset.image_size % 16:
+        raise ValueError(
+            f"FedCVAE's CVAE needs 32-px images but {dataset.name!r} is {dataset.image_size} px; "
+            "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
+        )
+    keys = [cvae_key_payload(dataset, partition, k, c, seed) for k, c in enumerate(cfgs)]
+    states: dict[int, dict[str, torch.Tensor]] = {}
+    if cache is not None:
+        for k in range(m):
+            got = cache.get(keys[k])
+            if got is not None:
+                states[k] = got
+    todo = [k for k in range(m) if k not in states]
+    data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
+                dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
+    work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
+    n_workers = resolve_workers(workers, device, len(todo), work)
+    seeds = {k: client_seed(seed, k) for k in range(m)}
+    inits = {k: cvae_init_seed(seed, k, cfgs[k]) for k in range(m)}
+    bar = tqdm(total=m, initial=m - len(todo), desc="CVAE clients", disable=not progress)
+
+    def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
+        states[k] = sd
+        if cache is not None:
+            cache.put(keys[k], sd)
+        bar.update(1)
+
+    if n_workers > 1:
+        import multiprocessing as mp
+
+        threads = max(1, torch.get_num_threads() // n_workers)
+        with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+            futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
+                                              inits[k], threads)) for k in todo}
+            for k, fut in futs.items():
+                finish(k, fut.result()[0])
+    else:
+        for k in todo:
+            sd, _ = train_cvae(*data[k], cfgs[k], dataset.num_classes, seeds[k], inits[k],
+                               device, progress=progress, desc=f"CVAE client {k}")
+            finish(k, sd)
+    bar.close()
+    return [
+        make_decoder_upload(k, states[k], partition.counts[k], cfgs[k], dataset.num_classes,
+                            dataset.channels, dataset.image_size, seed)
+        for k in range(m)
+    ]
+
+
+def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
+    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant.
+
+    Raises :class:`~ofl_core.clients.UploadError` naming the client and the problem: not a
+    decoder upload, unknown variant, missing/invalid ``latent_dim``, missing or invalid label
+    counts, state_dict keys/shapes that do not match the variant, NaN/inf values.
+    """
+    who = f"client {upload.client_id}"
+    if upload.kind != "decoder":
+        raise UploadError(f"{who}: FedCVAE needs a decoder upload (kind='decoder'), got "
+                          f"kind={upload.kind!r}")
+    if upload.arch not in CVAE_VARIANTS:
+        raise UploadError(f"{who}: unknown CVAE variant {upload.arch!r}; known: "
+                          f"{', '.join(CVAE_VARIANTS)}")
+    d = upload.model_kwargs.get("latent_dim")
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
+                          f"(got {d!r})")
+    extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
+    if extra_kw:
+        raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
+    counts = upload.label_counts
+    if counts is None or len(counts) != upload.num_classes:
+        raise UploadError(f"{who}: label_counts must give one count per class "
+                          f"({upload.num_classes}), got {counts!r}")
+    c = np.asarray(counts, dtype=np.float64)
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
+    try:
+        dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
+                            upload.image_size, d)
+    except ValueError as e:
+        raise UploadError(f"{who}: {e}") from None
+    expected, got = dec.state_dict(), upload.state_dict
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    if missing or extra:
+        raise UploadError(
+            f"{who}: state_dict does not match decoder variant {upload.arch!r}: "
+            f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
+            f"unexpected {extra[:5]}{'…' if len(extra) > 5 else ''}"
+        )
+    for k, v in expected.items():
+        t = got[k]
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(v.shape):
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise UploadError(f"{who}: parameter {k!r} has shape {shape}, expected "
+                              f"{tuple(v.shape)} for {upload.arch!r} with latent_dim={d}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
+    return dec
+
+
+def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"
+                        ) -> CVAEDecoder:
+    """Validate a decoder upload and return the decoder, frozen (eval mode, no gradients)."""
+    dec = validate_decoder_upload(upload)
+    dec.load_state_dict(upload.state_dict)
+    dec.eval().requires_grad_(False)
+    return dec.to(device)

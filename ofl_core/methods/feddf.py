@@ -1,0 +1,186 @@
+"""FedDF: ensemble distillation for model fusion (Lin et al., NeurIPS 2020), one-shot and
+data-free as DENSE's baseline (DENSE §3.1.3; SPEC §4). No reference code exists for this
+baseline; every choice below is in docs/decisions.md.
+
+The student starts from the FedAvg model (n_k-weighted parameter average, homogeneous clients)
+— or a fresh model of ``student_arch`` for heterogeneous clients — and is distilled from the
+ensemble D with KL(σ(D/T) ‖ σ(S/T))·T² on an unlabeled proxy set: by default uniform-noise
+images (data-free), or a named other dataset found locally (``proxy="cifar100"``, ...), which
+is converted to the task's channels and size. ``ServerResult.extras["proxy"]`` says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..clients import ClientUpload, build_from_upload, check_preset
+from ..models import MODEL_NAMES
+from ..synthesis import (
+    EvalCurve,
+    TeacherBank,
+    autocast_context,
+    derive_seed,
+    fuse_relu_maxpool,
+    kd_loss,
+    server_student,
+)
+from .base import ServerContext, ServerResult
+from .fedavg import average_states
+
+
+@dataclass(frozen=True)
+class FedDFConfig:
+    """FedDF with DENSE's "same setting as ours" (§3.1.4): T = 200 epochs of
+    ``steps_per_epoch`` = 30 (= T_G) KD steps, batch 128, SGD 0.01 momentum 0.9, temperature 1.
+
+    ``proxy``: ``"noise"`` (uniform U(0, 1) images, fresh each step) or a dataset name of
+    :func:`ofl_core.data.datasets.load_dataset` (its training images, from ``proxy_data_root``);
+    when that dataset is not on this machine and ``fallback_to_noise`` is True, noise is used
+    and the record says so. ``init_from_fedavg``: start from the weighted FedAvg model (FedDF's
+    initialisation) when the clients are homogeneous and the student has their architecture.
+    No authors' code exists: both presets are equal."""
+
+    epochs: int = 200
+    steps_per_epoch: int = 30
+    batch_size: int = 128
+    kd_lr: float = 0.01
+    kd_momentum: float = 0.9
+    kd_temperature: float = 1.0
+    proxy: str = "noise"
+    proxy_data_root: str | None = None
+    fallback_to_noise: bool = True
+    init_from_fedavg: bool = True
+    student_arch: str | None = None
+    eval_every: int = 1
+    batched_teachers: bool | str = "auto"
+    channels_last: bool | str = "auto"
+    amp: bool = False
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_preset(self.preset)
+        for name in ("steps_per_epoch", "batch_size", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"FedDFConfig.{name} must be ≥ 1 (got {getattr(self, name)})")
+        if self.epochs < 0:
+            raise ValueError(f"FedDFConfig.epochs must be ≥ 0 (got {self.epochs})")
+        for name in ("kd_lr", "kd_temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"FedDFConfig.{name} must be > 0 (got {getattr(self, name)})")
+        if self.student_arch is not None and self.student_arch not in MODEL_NAMES:
+            raise ValueError(f"FedDFConfig.student_arch: unknown model {self.student_arch!r}")
+
+    @classmethod
+    def for_preset(cls, preset: str = "paper", **overrides: object) -> FedDFConfig:
+        check_preset(preset)
+        return replace(cls(preset=preset), **overrides)
+
+    @property
+    def method_name(self) -> str:
+        return "feddf"
+
+
+def adapt_images(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
+    """uint8 images (N, C', H', W') → uint8 (N, channels, size, size): grayscale ↔ RGB
+    (ITU-R 601 luma for RGB → gray, channel repeat for gray → RGB) and bilinear resize."""
+    xf = x.float()
+    if xf.shape[1] != channels:
+        if channels == 1:
+            w = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+            xf = (xf * w).sum(1, keepdim=True)
+        else:
+            xf = xf.repeat(1, channels, 1, 1)
+    if xf.shape[-1] != size or xf.shape[-2] != size:
+        xf = F.interpolate(xf, size=(size, size), mode="bilinear", align_corners=False)
+    return xf.round().clamp(0, 255).to(torch.uint8)
+
+
+def load_proxy(cfg: FedDFConfig, ctx: ServerContext) -> tuple[torch.Tensor | None, str]:
+    """The proxy images (uint8, task shape) or None for noise, and a description for records."""
+    if cfg.proxy == "noise":
+        return None, "noise"
+    from ..data.datasets import DatasetNotFoundError, load_dataset
+
+    try:
+        ds = load_dataset(cfg.proxy, cfg.proxy_data_root)
+    except DatasetNotFoundError as e:
+        if not cfg.fallback_to_noise:
+            raise
+        return None, f"noise ({cfg.proxy} not found locally: {str(e).split('.')[0]})"
+    return adapt_images(ds.x_train, ctx.in_channels, ctx.image_size), ds.name
+
+
+def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> ServerResult:
+    """Distil the ensemble into the (FedAvg-initialised) student on the proxy data."""
+    if not uploads:
+        raise ValueError("FedDF: no client uploads")
+    dev = torch.device(ctx.device)
+    bank = TeacherBank([build_from_upload(u, dev) for u in uploads],
+                       batched=cfg.batched_teachers, channels_last=cfg.channels_last)
+    student, s_arch = server_student(uploads, cfg.student_arch, ctx.num_classes,
+                                     ctx.in_channels, ctx.image_size,
+                                     derive_seed(ctx.seed, "feddf-student"), dev, "FedDF")
+    archs = {u.arch for u in uploads}
+    init = "random"
+    if cfg.init_from_fedavg and archs == {s_arch}:
+        state = average_states([u.state_dict for u in uploads],
+                               [float(u.num_samples) for u in uploads])
+        student.load_state_dict(state)
+        init = "fedavg"
+    cl = bank.channels_last
+    if cl:
+        student.to(memory_format=torch.channels_last)
+    unfuse = fuse_relu_maxpool(student)  # exact; undone before returning
+    proxy, proxy_name = load_proxy(cfg, ctx)
+    rng = torch.Generator().manual_seed(derive_seed(ctx.seed, "feddf"))
+    opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
+    amp = autocast_context(dev, cfg.amp)
+    tracker = EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every)
+    shape = (cfg.batch_size, ctx.in_channels, ctx.image_size, ctx.image_size)
+    kd_losses = []
+    student.train()
+    bar = tqdm(range(cfg.epochs), desc="FedDF", disable=not ctx.progress)
+    for epoch in bar:
+        ep = []
+        for _ in range(cfg.steps_per_epoch):
+            if proxy is None:
+                xb = torch.rand(shape, generator=rng).to(dev)
+            else:
+                idx = torch.randint(0, len(proxy), (cfg.batch_size,), generator=rng)
+                xb = proxy[idx].to(dev).float().div_(255.0)
+            if cl:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            with torch.no_grad(), amp:
+                t_out = bank(xb)
+            with amp:
+                s_out = student(xb)
+            loss = kd_loss(s_out, t_out, cfg.kd_temperature)
+            opt_s.zero_grad(set_to_none=True)
+            loss.backward()
+            opt_s.step()
+            ep.append(loss.detach())
+        if ep:
+            kd_losses.append(torch.stack(ep).mean())
+        acc = tracker(epoch, student)
+        if acc is not None:
+            bar.set_postfix(acc=f"{acc:.2f}")
+    bar.close()
+    bank.close()
+    unfuse()
+    student.eval().to(memory_format=torch.contiguous_format)
+    extras = {
+        "proxy": proxy_name,
+        "student_init": init,
+        "student_arch": s_arch,
+        "teachers_batched": bank.batched,
+        "curve_epochs": tracker.epochs_done,
+        "kd_loss": torch.stack(kd_losses).tolist() if kd_losses else [],
+        "kd_steps": cfg.epochs * cfg.steps_per_epoch,
+    }
+    return ServerResult(method=cfg.method_name, preset=cfg.preset, model=student,
+                        curve=tracker.curve, last_acc=tracker.last, best_acc=tracker.best,
+                        extras=extras)
