@@ -166,14 +166,20 @@ def ldam_loss(
 ) -> torch.Tensor:
     """LDAM loss (Cao et al. 2019), DENSE §2.3: margins ∝ n_j^(−1/4), largest = ``max_margin``.
 
-    Classes absent from the client get the largest margin (they never occur as targets, so the
-    choice only avoids an infinite margin).
+    Cao et al. feed ``s·cos θ − s·m_y`` to the softmax, with a cosine-normalised last layer
+    (``cos θ`` in [−1, 1]) and s = 30. Our clients keep the shared architectures (a plain
+    linear last layer, so FedAvg/ensembles/KD treat LDAM and CE clients alike); their raw
+    logits already play the role of ``s·cos θ``, so the margin enters in softmax-input units
+    as ``s·m_y`` and the logits are not multiplied by s. Multiplying raw, unbounded logits by
+    30 (a literal reading) scales every gradient by 30 and the clients collapse to chance
+    (measured; docs/decisions.md). Classes absent from the client get the largest margin (they
+    never occur as targets, so the choice only avoids an infinite margin).
     """
     n = class_counts.to(logits.device, torch.float32).clamp(min=1)
     margins = n.pow(-0.25)
     margins = margins * (max_margin / margins.max())
-    adjusted = logits - F.one_hot(y, logits.shape[1]) * margins[None, :]
-    return F.cross_entropy(scale * adjusted, y)
+    adjusted = logits - F.one_hot(y, logits.shape[1]) * (scale * margins)[None, :]
+    return F.cross_entropy(adjusted, y)
 
 
 def client_seed(seed: int, client_id: int) -> int:

@@ -42,6 +42,11 @@ class ExperimentConfig:
 
     ``paper``/``table``/``setting`` only label the records so they can be matched with the
     papers' cells. ``resize`` rescales images once (FedCVAE uses 32 px for MNIST/FMNIST).
+    ``archs``: one architecture per client (heterogeneous models; each client trains ``local``
+    with its own ``arch``); None = every client uses ``local.arch``.
+    ``cvae``: a :class:`ofl_core.fedcvae_clients.CVAETrainConfig` (or one per client) makes the
+    clients FedCVAE clients that upload decoders + label counts instead of classifiers (then
+    ``local`` is unused and there are no client/ensemble accuracies: NaN).
     """
 
     dataset: str = "fmnist_embedded"
@@ -53,6 +58,8 @@ class ExperimentConfig:
     classes_per_client: int = 2
     resize: int | None = None
     local: LocalTrainConfig = field(default_factory=LocalTrainConfig)
+    archs: tuple[str, ...] | None = None
+    cvae: Any = None
     data_root: str | None = None
     cache_dir: str | None = None
     device: str = "cpu"
@@ -74,11 +81,30 @@ class ExperimentConfig:
             )
         if self.num_clients < 1:
             raise ValueError(f"num_clients must be ≥ 1 (got {self.num_clients})")
+        if self.archs is not None:
+            object.__setattr__(self, "archs", tuple(self.archs))
+            if len(self.archs) != self.num_clients:
+                raise ValueError(f"archs gives {len(self.archs)} architectures for "
+                                 f"{self.num_clients} clients; give one per client")
+            from .models import MODEL_NAMES
+
+            bad = [a for a in self.archs if a not in MODEL_NAMES]
+            if bad:
+                raise ValueError(f"archs: unknown model(s) {bad}; known: {', '.join(MODEL_NAMES)}")
+
+    def client_configs(self) -> LocalTrainConfig | list[LocalTrainConfig]:
+        """``local``, or one copy of it per client with that client's ``archs`` entry
+        (heterogeneous clients: DENSE Table 2, FedHydra Tables 3, 6, 7)."""
+        if self.archs is None:
+            return self.local
+        return [dataclasses.replace(self.local, arch=a) for a in self.archs]
 
     def hash(self) -> str:
         d = dataclasses.asdict(self)
         for k in ("device", "workers", "progress", "cache_dir", "data_root"):
             d.pop(k)
+        if d["archs"] is None:  # homogeneous: the same hash as before ``archs`` existed
+            d.pop("archs")
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -121,7 +147,14 @@ def setup_experiment(cfg: ExperimentConfig, dataset: ImageDataset | None = None)
         num_classes=ds.num_classes,
     )
     cache = UploadCache(cfg.cache_dir)
-    uploads = train_clients(ds, part, cfg.local, cfg.seed, cache=cache, device=device,
+    if cfg.cvae is not None:
+        from .fedcvae_clients import train_cvae_clients
+
+        uploads = train_cvae_clients(ds, part, cfg.cvae, cfg.seed, cache=cache, device=device,
+                                     workers=cfg.workers, progress=cfg.progress)
+        return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=[],
+                     ensemble_acc=float("nan"), device=device)
+    uploads = train_clients(ds, part, cfg.client_configs(), cfg.seed, cache=cache, device=device,
                             workers=cfg.workers, progress=cfg.progress)
     models = [build_from_upload(u, device) for u in uploads]
     client_accs = [accuracy(mdl, ds.x_test, ds.y_test, device=device) for mdl in models]
@@ -161,8 +194,9 @@ def run_methods(
             ensemble_acc=round(setup.ensemble_acc, 4), wall_time_s=round(wall, 3),
             config_hash=_config_hash(cfg, mcfg), version=__version__, setting=cfg.setting,
             data_source=setup.dataset.name,
-            best_client_acc=round(max(setup.client_accs), 4),
-            mean_client_acc=round(sum(setup.client_accs) / len(setup.client_accs), 4),
+            best_client_acc=round(max(setup.client_accs), 4) if setup.client_accs else None,
+            mean_client_acc=(round(sum(setup.client_accs) / len(setup.client_accs), 4)
+                             if setup.client_accs else None),
         ))
     return records, results
 

@@ -116,3 +116,123 @@ def plot_image_grid(images: np.ndarray, nrow: int = 8, title: str = "") -> Figur
             ax.imshow(np.clip(img, 0, 1))
     fig.suptitle(title, fontsize=9)
     return fig
+
+
+def plot_heatmap(matrix: np.ndarray, title: str = "", xlabel: str = "", ylabel: str = "",
+                 xticklabels: Sequence[str] | None = None,
+                 yticklabels: Sequence[str] | None = None, annotate: bool = True,
+                 cmap: str = "viridis") -> Figure:
+    """A matrix as a heat map with a colour bar (e.g. FedHydra Fig. 6b: Ū_r, classes ×
+    clients), each cell annotated with its value when ``annotate``."""
+    a = np.asarray(matrix, dtype=float)
+    rows, cols = a.shape
+    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * cols, 0.8 + 0.4 * rows))
+    im = ax.imshow(a, cmap=cmap, aspect="auto")
+    fig.colorbar(im, ax=ax, fraction=0.05)
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    if xticklabels is not None:
+        ax.set_xticklabels(xticklabels, fontsize=8)
+    if yticklabels is not None:
+        ax.set_yticklabels(yticklabels, fontsize=8)
+    if annotate and a.size <= 400:
+        mid = np.nanmin(a) + 0.5 * (np.nanmax(a) - np.nanmin(a)) if a.size else 0.0
+        for (i, j), v in np.ndenumerate(a):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                    color="black" if v > mid else "white")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_histograms(values: Mapping[str, Sequence[float]], title: str = "", xlabel: str = "",
+                    bins: int = 30) -> Figure:
+    """Overlaid density histograms on shared bins, one per label (e.g. nearest-neighbour
+    distances of synthetic images vs real test images)."""
+    arrays = {k: np.asarray(v, dtype=float).ravel() for k, v in values.items()}
+    allv = np.concatenate([a for a in arrays.values() if a.size] or [np.zeros(1)])
+    edges = np.histogram_bin_edges(allv, bins=bins)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for label, a in arrays.items():
+        if a.size:
+            ax.hist(a, bins=edges, density=True, alpha=0.5, label=f"{label} (n={a.size})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("density")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_grouped_bars(values: Mapping[str, Mapping[str, float]], title: str = "",
+                      ylabel: str = "test accuracy (%)", ylim: tuple[float, float] | None = (0, 100)
+                      ) -> Figure:
+    """Grouped bars: ``values[group][series]`` (e.g. FedHydra Fig. 8: per data distribution,
+    the averaging ensemble vs stratified aggregation)."""
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    x = np.arange(len(groups))
+    w = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(groups) * max(len(series), 1) / 2 + 2),
+                                    3.4))
+    for i, s in enumerate(series):
+        ys = [values[g].get(s, np.nan) for g in groups]
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, ys, w, label=s)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_accuracy_vs(
+    frame: pd.DataFrame, x: str, ys: Mapping[str, str] | None = None, *, group: str = "method",
+    title: str = "", xlabel: str | None = None, logx: bool = False, ax: plt.Axes | None = None,
+    order: Sequence[str] | None = None, styles: Sequence[str] | None = None,
+) -> Figure:
+    """Accuracy against a varied setting (number of clients m, the attacker's bound b, ...).
+
+    ``frame`` has a column ``x``, a ``group`` column (one colour per value, e.g. the method) and
+    the accuracy columns named in ``ys`` (column → legend suffix; one line style each; default
+    ``{"ours_last": "ours", "paper": "paper"}``, i.e. a :func:`compare_with_paper` table).
+    Points with a missing value are skipped; a column with no value at all draws nothing.
+    ``order`` fixes each group's colour (its position), so panels drawn from different frames
+    use the same colour for the same method. ``styles``: matplotlib format strings, one per
+    column of ``ys`` (default solid, dashed, dotted, dash-dot).
+    """
+    ys = dict(ys or {"ours_last": "ours", "paper": "paper"})
+    styles = list(styles or ["-o", "--s", ":^", "-.d"])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = list(order) if order is not None else []
+    for name in frame[group].drop_duplicates():
+        if name not in names:
+            names.append(name)
+    for name, part in frame.groupby(group, sort=False):
+        i = names.index(name)
+        part = part.sort_values(x)
+        for j, (col, suffix) in enumerate(ys.items()):
+            if col not in part:
+                continue
+            pts = part[[x, col]].dropna()
+            if pts.empty:
+                continue
+            ax.plot(pts[x].astype(float), pts[col].astype(float), styles[j % len(styles)],
+                    color=colours[i % len(colours)], label=f"{name} ({suffix})", ms=4)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=2)
+    return ax.figure

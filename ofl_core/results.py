@@ -68,7 +68,7 @@ def records_frame(records: Iterable[ResultRecord | dict]) -> pd.DataFrame:
 def record(records: Sequence[ResultRecord], path: str | os.PathLike | None = None) -> None:
     """Publish a notebook's records: a display output with :data:`RECORDS_MIME` (read back by
     :func:`read_records` from the executed notebook) and, if ``path`` is given, a JSON file."""
-    data = [r.to_dict() for r in records]
+    data = [_finite_or_none(r.to_dict()) for r in records]
     if path:
         write_json_atomic(Path(path), data)
     try:
@@ -78,6 +78,13 @@ def record(records: Sequence[ResultRecord], path: str | os.PathLike | None = Non
                 raw=True)
     except ImportError:  # plain Python: the JSON file is the record
         pass
+
+
+def _finite_or_none(d: dict) -> dict:
+    """NaN/inf floats → None: JSON has no NaN, and Jupyter would publish it as the string
+    "nan" (e.g. the ensemble accuracy of FedCVAE experiments, which have no classifiers)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in d.items()}
 
 
 def write_json_atomic(path: Path, obj: object) -> None:

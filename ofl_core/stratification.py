@@ -250,5 +250,36 @@ def stratify(
     return Stratification(U=U, U_r=U_r, U_c=U_c, losses=losses)
 
 
-__all__ = ["MIN_LOSS_FLOOR", "Stratification", "exact_cross_entropy", "guidance_capability",
-           "resolve_group", "stratified_weights", "stratify"]
+def block_structure(weights: torch.Tensor, counts: Sequence[Sequence[int]] | torch.Tensor
+                    ) -> dict:
+    """Does a (C, m) weight matrix (e.g. Ū_r) follow the clients' data — FedHydra Fig. 6b?
+
+    ``counts``: the partition's (m, C) client×class sample counts; client k "owns" class j when
+    it holds samples of it. Returns:
+
+    - ``client_top_are_own``: per client, whether its largest weights (column k, the top n_k
+      entries for a client owning n_k classes) are exactly on its own classes;
+    - ``class_argmax_is_owner``: per class, whether the client with the largest weight of
+      that class row owns the class;
+    - ``owner_weight``: per class, the total weight on the clients that own it;
+    - ``block_structured``: every client's top weights are its own classes (the 2c/c heat map
+      shows one block per client).
+    """
+    W = torch.as_tensor(weights, dtype=torch.float64)
+    own = torch.as_tensor(counts).T > 0  # (C, m)
+    if W.dim() != 2 or W.shape != own.shape:
+        raise ValueError(f"weights must be (C, m) = {tuple(own.shape)} to match counts (m, C) "
+                         f"(got {tuple(W.shape)})")
+    client_ok = []
+    for k in range(W.shape[1]):
+        n = int(own[:, k].sum())
+        top = set(torch.topk(W[:, k], n).indices.tolist()) if n else set()
+        client_ok.append(top == set(torch.nonzero(own[:, k]).flatten().tolist()))
+    class_ok = [bool(own[j, int(W[j].argmax())]) for j in range(W.shape[0])]
+    owner_weight = (W * own).sum(1).tolist()
+    return {"client_top_are_own": client_ok, "class_argmax_is_owner": class_ok,
+            "owner_weight": owner_weight, "block_structured": all(client_ok)}
+
+
+__all__ = ["MIN_LOSS_FLOOR", "Stratification", "block_structure", "exact_cross_entropy",
+           "guidance_capability", "resolve_group", "stratified_weights", "stratify"]

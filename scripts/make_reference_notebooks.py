@@ -13,19 +13,21 @@ from pathlib import Path
 
 import papermill
 
+from ofl_core.runner import load_grid
+
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "reference"
 
-#: notebook -> tiny parameters (figures go to a git-ignored folder beside the references)
-TINY = {
-    "partitions": {"alphas": [0.1, 0.5], "fedcvae_alphas": [0.01]},
-    "main_tables": {"local_epochs": 1},
-}
+#: notebooks with reference copies; their parameters are the tiny grid's
+#: (notebooks/grids/tiny/<nb>.yaml); figures go to a git-ignored folder beside the references
+REFERENCE_NOTEBOOKS = ("partitions", "main_tables")
 
 
 def main() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")
-    for nb, params in TINY.items():
+    tiny = {t.notebook: t.parameters for t in load_grid(ROOT / "notebooks" / "grids" / "tiny")}
+    for nb in REFERENCE_NOTEBOOKS:
+        params = tiny[nb]
         out = REF / f"{nb}.ipynb"
         papermill.execute_notebook(
             str(ROOT / "notebooks" / f"{nb}.ipynb"), str(out),

@@ -59,6 +59,18 @@ def test_ldam_margin_is_largest_for_the_rarest_class():
     assert torch.isclose(l_rare, expected)
 
 
+def test_ldam_does_not_scale_raw_logits():
+    # Raw logits are taken as they are (they play the role of s·cos θ); only the margin is
+    # scaled by s. Multiplying the logits by s = 30 made clients collapse to chance.
+    logits = torch.tensor([[2.0, -1.0, 0.5]])
+    counts = torch.tensor([1, 1, 1])  # equal counts: every margin is the max 0.5
+    y = torch.tensor([0])
+    got = ldam_loss(logits, y, counts, max_margin=0.5, scale=30.0)
+    want = torch.nn.functional.cross_entropy(logits - torch.tensor([[15.0, 0.0, 0.0]]), y)
+    assert torch.isclose(got, want)
+    assert not torch.isclose(got, torch.nn.functional.cross_entropy(30 * logits - 15, y))
+
+
 def test_clients_share_one_initialisation(tiny_dataset):
     cfg = LocalTrainConfig(arch="cnn_mnist", epochs=0)
     a = train_local(tiny_dataset.x_train[:10], tiny_dataset.y_train[:10], cfg, 4, seed=1,

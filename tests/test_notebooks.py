@@ -91,7 +91,8 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     grid = tmp_path / "grid.yaml"
     grid.write_text(json.dumps({
         "partitions": [TINY["partitions"]],
-        "main_tables": [{"local_epochs": 1, "methods": ["fedavg", "fedoneshot", "ensemble"]},
+        "main_tables": [{"local_epochs": 1, "methods": ["fedavg", "fedoneshot", "ensemble"],
+                         "fedcvae_methods": []},
                         {"dataset": "no_such_dataset"}],
     }))
     out = tmp_path / "out"
