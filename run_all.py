@@ -5,9 +5,13 @@
     python run_all.py --full                  # papers' settings (GPU; notebooks/grids/full/)
     python run_all.py --grid my_grid.yaml     # your own grid: {notebook: [ {param: value}, ... ]}
     python run_all.py --quick --only main_tables --out /tmp/ofl
+    python run_all.py --quick --jobs 2                      # two notebooks at a time
+    python run_all.py --full --executor dask --cluster slurm --gpus-per-task 1 --jobs 8
+    python run_all.py --full --executor submitit --partition gpu --gpus-per-task 1 --dry-run
 
 Finished runs are skipped when re-run (delete <out>/runs/ or pass --no-resume to redo them).
-One failing notebook never stops the batch; the exit status is 1 if any run failed.
+One failing notebook, a dead kernel or a --task-timeout never stops the batch; the exit status
+is 1 if any run failed. Executors other than local need: pip install -e '.[cluster]'.
 """
 
 from __future__ import annotations
@@ -16,6 +20,18 @@ import argparse
 import sys
 import time
 
+from ofl_core.executors import (
+    EXECUTORS,
+    ExecutorConfig,
+    MissingDependencyError,
+    NoGpuError,
+    job_script,
+    load_config_file,
+    make_config,
+    make_specs,
+    run_grid,
+    spec_finished,
+)
 from ofl_core.runner import (
     NOTEBOOK_DIR,
     Task,
@@ -23,7 +39,6 @@ from ofl_core.runner import (
     check_parameters,
     list_notebooks,
     load_grid,
-    run_tasks,
 )
 
 FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
@@ -45,8 +60,73 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-resume", action="store_true", help="re-run finished tasks too")
     ap.add_argument("--cell-timeout", type=float, default=None, metavar="S",
                     help="per-cell timeout in seconds (default: none)")
-    ap.add_argument("--dry-run", action="store_true", help="print the task list and exit")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the task list (and the batch job script) and exit")
+    _add_executor_args(ap)
     return ap.parse_args(argv)
+
+
+def _add_executor_args(ap: argparse.ArgumentParser) -> None:
+    """Executor options; every default is None so that --cluster-config values show through."""
+    g = ap.add_argument_group("executor", "where the tasks run (see README: 'Running the full "
+                              "grids on a cluster')")
+    g.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="local (default), dask or submitit")
+    g.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="tasks at once: local processes / LocalCluster workers; with --cluster "
+                        "slurm|pbs the number of worker jobs; submitit: array parallelism")
+    g.add_argument("--task-timeout", type=float, default=None, metavar="S",
+                   help="wall-clock limit of one task in seconds; past it the task is killed "
+                        "and marked failed")
+    g.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="dask: retries of a task whose worker died or raised (default 2)")
+    g.add_argument("--threads-per-task", type=int, default=None, metavar="T",
+                   help="OMP_NUM_THREADS of each concurrent task (default: cores // jobs)")
+    g.add_argument("--gpus-per-task", type=int, default=None, metavar="G",
+                   help="GPUs each task gets (its own CUDA_VISIBLE_DEVICES; default 0)")
+    g.add_argument("--cluster", choices=("local", "slurm", "pbs"), default=None,
+                   help="dask: LocalCluster (default) or dask-jobqueue slurm|pbs; "
+                        "submitit: slurm (default) or local (submitit's local backend)")
+    g.add_argument("--cluster-config", metavar="YAML", default=None,
+                   help="executor settings from a YAML file (keys as the options, e.g. "
+                        "gpus_per_task: 1); command-line options win")
+    g.add_argument("--scheduler-address", default=None, metavar="tcp://HOST:PORT",
+                   help="dask: use this running scheduler")
+    g.add_argument("--scheduler-file", default=None, metavar="FILE",
+                   help="dask: use the scheduler described in this file")
+    g.add_argument("--cores", type=int, default=None,
+                   help="CPUs per batch job (dask-jobqueue job / submitit array task; default 4)")
+    g.add_argument("--memory", default=None, help="memory per batch job, e.g. 32GB (default 16GB)")
+    g.add_argument("--walltime", default=None, metavar="HH:MM:SS",
+                   help="time limit per batch job (default 01:00:00)")
+    g.add_argument("--partition", default=None, help="SLURM partition / PBS queue")
+    g.add_argument("--account", default=None, help="batch account (-A)")
+    g.add_argument("--gpus-per-job", type=int, default=None, metavar="G",
+                   help="dask-jobqueue: GPUs per worker job (default: --gpus-per-task)")
+    g.add_argument("--job-directive", action="append", default=None, metavar="DIRECTIVE",
+                   dest="job_directives",
+                   help="extra #SBATCH/#PBS directive, e.g. --job-directive=--constraint=a100 "
+                        "(repeatable)")
+    g.add_argument("--job-prologue", action="append", default=None, metavar="LINE",
+                   dest="job_prologue",
+                   help="shell line run in each batch job first, e.g. 'module load cuda' "
+                        "(repeatable)")
+    g.add_argument("--array-parallelism", type=int, default=None, metavar="N",
+                   help="submitit: array tasks running at once (SLURM --array=...%%N)")
+    g.add_argument("--submitit-folder", default=None, dest="folder", metavar="DIR",
+                   help="submitit logs and pickles (default <out>/submitit/%%j)")
+
+
+_CLI_FIELDS = ("executor", "jobs", "task_timeout", "retries", "threads_per_task",
+               "gpus_per_task", "cluster", "scheduler_address", "scheduler_file", "cores",
+               "memory", "walltime", "partition", "account", "gpus_per_job", "job_directives",
+               "job_prologue", "array_parallelism", "folder", "cell_timeout")
+
+
+def executor_config(args: argparse.Namespace) -> ExecutorConfig:
+    """Defaults ← --cluster-config YAML ← command-line options."""
+    from_file = load_config_file(args.cluster_config) if args.cluster_config else {}
+    return make_config(from_file, {k: getattr(args, k) for k in _CLI_FIELDS})
 
 
 def make_tasks(args: argparse.Namespace) -> list[Task]:
@@ -68,20 +148,45 @@ def make_tasks(args: argparse.Namespace) -> list[Task]:
     return tasks
 
 
+def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) -> int:
+    """Print the tasks (and, for SLURM / PBS, the job script) without running anything."""
+    for t in tasks:
+        print(t.notebook, t.run_id(), t.parameters)
+    specs = make_specs(tasks, args.out, cfg, resume=not args.no_resume)
+    todo = [s for s in specs if args.no_resume or not spec_finished(s)]
+    print(f"# {len(tasks)} tasks, {len(tasks) - len(todo)} already finished; executor "
+          f"{cfg.executor}" + (f" ({cfg.cluster})" if cfg.cluster else "")
+          + (f", {cfg.jobs} at a time" if cfg.jobs > 1 else "")
+          + (f", {cfg.threads()} thread(s) per task" if cfg.threads() else ""))
+    script = job_script(cfg, len(todo), args.out)
+    if script is not None:
+        kind = ("the job array's sbatch file" if cfg.executor == "submitit"
+                else "one dask worker job, dask-jobqueue's job_script()")
+        print(f"# batch script ({kind}):\n{script}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         tasks = make_tasks(args)
-    except ValueError as e:
+        cfg = executor_config(args)
+        if args.dry_run:
+            return dry_run(tasks, cfg, args)
+    except (ValueError, MissingDependencyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        for t in tasks:
-            print(t.notebook, t.run_id(), t.parameters)
-        return 0
     t0 = time.perf_counter()
-    results = run_tasks(tasks, args.out, resume=not args.no_resume,
-                        cell_timeout=args.cell_timeout)
+    try:
+        results = run_grid(tasks, args.out, cfg, resume=not args.no_resume)
+    except (MissingDependencyError, NoGpuError, OSError) as e:  # OSError: no scheduler there
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        index = build_report(args.out)
+        print(f"\ninterrupted: re-run the same command to finish the grid "
+              f"(finished tasks are kept); report of what finished: {index}")
+        return 130
     index = build_report(args.out, results)
     n = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
     print(f"\n{len(results)} tasks: {n['done']} ran, {n['skipped']} skipped (already done), "

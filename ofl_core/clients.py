@@ -25,7 +25,7 @@ from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
-from .upload_cache import UploadCache, state_hash
+from .upload_cache import UploadCache, cache_lock, state_hash
 
 PRESETS = ("paper", "authors_code")
 
@@ -325,41 +325,42 @@ def train_clients(
     init_hash = state_hash(init_state) if init_state is not None else None
     keys = [train_key_payload(dataset, partition, k, c, seed, init_hash)
             for k, c in enumerate(cfgs)]
-    states: dict[int, dict[str, torch.Tensor]] = {}
-    if cache is not None:
-        for k in range(m):
-            got = cache.get(keys[k])
-            if got is not None:
-                states[k] = got
-    todo = [k for k in range(m) if k not in states]
-    data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
-                dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
-    work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
-    n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
-    bar = tqdm(total=m, initial=m - len(todo), desc="clients", disable=not progress)
-    seeds = {k: client_seed(seed, k) for k in range(m)}
-
-    def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
-        states[k] = sd
+    with cache_lock(cache, keys):  # concurrent tasks train shared clients once
+        states: dict[int, dict[str, torch.Tensor]] = {}
         if cache is not None:
-            cache.put(keys[k], sd)
-        bar.update(1)
+            for k in range(m):
+                got = cache.get(keys[k])
+                if got is not None:
+                    states[k] = got
+        todo = [k for k in range(m) if k not in states]
+        data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
+                    dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
+        work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
+        n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
+        bar = tqdm(total=m, initial=m - len(todo), desc="clients", disable=not progress)
+        seeds = {k: client_seed(seed, k) for k in range(m)}
 
-    if n_workers > 1:
-        import multiprocessing as mp
+        def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
+            states[k] = sd
+            if cache is not None:
+                cache.put(keys[k], sd)
+            bar.update(1)
 
-        threads = max(1, torch.get_num_threads() // n_workers)
-        with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-            futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
-                                              threads, f"client {k}", seed)) for k in todo}
-            for k, fut in futs.items():
-                finish(k, fut.result())
-    else:
-        for k in todo:
-            finish(k, train_local(*data[k], cfgs[k], dataset.num_classes, seeds[k], device,
-                                  init_state=init_state, progress=progress,
-                                  desc=f"client {k}", init_from=seed))
-    bar.close()
+        if n_workers > 1:
+            import multiprocessing as mp
+
+            threads = max(1, torch.get_num_threads() // n_workers)
+            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+                futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
+                                                  threads, f"client {k}", seed)) for k in todo}
+                for k, fut in futs.items():
+                    finish(k, fut.result())
+        else:
+            for k in todo:
+                finish(k, train_local(*data[k], cfgs[k], dataset.num_classes, seeds[k], device,
+                                      init_state=init_state, progress=progress,
+                                      desc=f"client {k}", init_from=seed))
+        bar.close()
     return [
         ClientUpload(
             client_id=k, arch=cfgs[k].arch, state_dict=states[k],

@@ -34,7 +34,7 @@ from .clients import (
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae, build_decoder
-from .upload_cache import UploadCache
+from .upload_cache import UploadCache, cache_lock
 
 
 @dataclass(frozen=True)
@@ -337,42 +337,43 @@ def train_cvae_clients(
             "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
         )
     keys = [cvae_key_payload(dataset, partition, k, c, seed) for k, c in enumerate(cfgs)]
-    states: dict[int, dict[str, torch.Tensor]] = {}
-    if cache is not None:
-        for k in range(m):
-            got = cache.get(keys[k])
-            if got is not None:
-                states[k] = got
-    todo = [k for k in range(m) if k not in states]
-    data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
-                dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
-    work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
-    n_workers = resolve_workers(workers, device, len(todo), work)
-    seeds = {k: client_seed(seed, k) for k in range(m)}
-    inits = {k: cvae_init_seed(seed, k, cfgs[k]) for k in range(m)}
-    bar = tqdm(total=m, initial=m - len(todo), desc="CVAE clients", disable=not progress)
-
-    def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
-        states[k] = sd
+    with cache_lock(cache, keys):  # concurrent tasks train shared clients once
+        states: dict[int, dict[str, torch.Tensor]] = {}
         if cache is not None:
-            cache.put(keys[k], sd)
-        bar.update(1)
+            for k in range(m):
+                got = cache.get(keys[k])
+                if got is not None:
+                    states[k] = got
+        todo = [k for k in range(m) if k not in states]
+        data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
+                    dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
+        work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
+        n_workers = resolve_workers(workers, device, len(todo), work)
+        seeds = {k: client_seed(seed, k) for k in range(m)}
+        inits = {k: cvae_init_seed(seed, k, cfgs[k]) for k in range(m)}
+        bar = tqdm(total=m, initial=m - len(todo), desc="CVAE clients", disable=not progress)
 
-    if n_workers > 1:
-        import multiprocessing as mp
+        def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
+            states[k] = sd
+            if cache is not None:
+                cache.put(keys[k], sd)
+            bar.update(1)
 
-        threads = max(1, torch.get_num_threads() // n_workers)
-        with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-            futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
-                                              inits[k], threads)) for k in todo}
-            for k, fut in futs.items():
-                finish(k, fut.result()[0])
-    else:
-        for k in todo:
-            sd, _ = train_cvae(*data[k], cfgs[k], dataset.num_classes, seeds[k], inits[k],
-                               device, progress=progress, desc=f"CVAE client {k}")
-            finish(k, sd)
-    bar.close()
+        if n_workers > 1:
+            import multiprocessing as mp
+
+            threads = max(1, torch.get_num_threads() // n_workers)
+            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+                futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
+                                                  inits[k], threads)) for k in todo}
+                for k, fut in futs.items():
+                    finish(k, fut.result()[0])
+        else:
+            for k in todo:
+                sd, _ = train_cvae(*data[k], cfgs[k], dataset.num_classes, seeds[k], inits[k],
+                                   device, progress=progress, desc=f"CVAE client {k}")
+                finish(k, sd)
+        bar.close()
     return [
         make_decoder_upload(k, states[k], partition.counts[k], cfgs[k], dataset.num_classes,
                             dataset.channels, dataset.image_size, seed)

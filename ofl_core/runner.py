@@ -5,8 +5,9 @@ the notebook's cell sources and the parameters, so editing a notebook or changin
 makes a new task while re-running the same grid skips what already finished. A task writes,
 atomically, ``<out>/runs/<notebook>/<run_id>.ipynb`` (the executed notebook) and
 ``<run_id>.json`` (its records plus the task's parameters and status): a task whose JSON exists
-and parses is finished. Figures go to ``<out>/figures/<notebook>/`` and the HTML report to
-``<out>/report/index.html``.
+and parses (and whose notebook is there) is finished. :mod:`ofl_core.executors` runs the same
+tasks concurrently (a local pool, Dask, SLURM through submitit) in this layout. Figures go to
+``<out>/figures/<notebook>/`` and the HTML report to ``<out>/report/index.html``.
 """
 
 from __future__ import annotations
@@ -144,19 +145,26 @@ def _load_grid_file(path: Path) -> list[Task]:
     return tasks
 
 
-def _paths(out: Path, task: Task, run_id: str) -> tuple[Path, Path]:
+def task_paths(out: Path, task: Task, run_id: str) -> tuple[Path, Path]:
+    """``(<out>/runs/<notebook>/<run_id>.ipynb, <run_id>.json)``: a task's two outputs."""
     d = out / "runs" / task.notebook
     return d / f"{run_id}.ipynb", d / f"{run_id}.json"
 
 
+_paths = task_paths  # older private name
+
+
 def is_finished(out: Path, task: Task, run_id: str) -> bool:
-    _, js = _paths(out, task, run_id)
-    if not js.is_file():
+    """Whether the task finished: its sidecar JSON (written last, atomically) parses as a dict
+    with ``status: done``, and its executed notebook is there. Anything else is redone."""
+    nb, js = task_paths(out, task, run_id)
+    if not js.is_file() or not nb.is_file():
         return False
     try:
-        return json.loads(js.read_text()).get("status") == "done"
-    except (OSError, json.JSONDecodeError):
+        d = json.loads(js.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
+    return isinstance(d, dict) and d.get("status") == "done"
 
 
 def figures_dir_for(out: Path, task: Task, run_id: str, single: bool) -> Path:
@@ -172,7 +180,7 @@ def execute_task(
     import papermill
 
     run_id = task.run_id(notebook_dir)
-    nb_out, js_out = _paths(out, task, run_id)
+    nb_out, js_out = task_paths(out, task, run_id)
     nb_out.parent.mkdir(parents=True, exist_ok=True)
     tmp = nb_out.with_name(f".{run_id}.{os.getpid()}.tmp.ipynb")
     params = {**task.parameters, "figures_dir": str(figures_dir.resolve())}

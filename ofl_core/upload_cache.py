@@ -7,17 +7,35 @@ leaves a half-written entry under the final name, and read back with ``weights_o
 corrupt or unreadable entry is treated as missing (and retrained), never trusted.
 
 The cache root is the ``root`` argument, else ``$OFL_CACHE_DIR``, else ``~/.cache/ofl/clients``.
+
+Concurrent tasks (``run_all.py --jobs N``, Dask, SLURM arrays) share one cache: hold
+:meth:`UploadCache.lock_many` (or :func:`cache_lock`) around "look up → train the missing →
+put" and two tasks needing the same clients train them once; the second waits, then loads them.
+The lock is an advisory ``fcntl.flock`` on ``<key>.lock`` beside the entry (released by the OS
+if the holder dies), taken in sorted key order (no deadlock between tasks with overlapping
+clients), re-entrant within a thread. Where the filesystem has no ``flock`` (Windows; Lustre
+mounted without ``-o flock``) the lock degrades to a no-op with a warning: entries stay whole
+(atomic writes), a client may just be trained twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import threading
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; the cache is still safe, only not "train once"
+    fcntl = None  # type: ignore[assignment]
 
 CACHE_FORMAT = 1
 
@@ -82,3 +100,85 @@ class UploadCache:
 
     def __len__(self) -> int:
         return len(list(self.root.glob("*.pt"))) if self.root.is_dir() else 0
+
+    def lock_path(self, payload: dict) -> Path:
+        return self.root / f"{payload_key(payload)}.lock"
+
+    @contextlib.contextmanager
+    def lock(self, payload: dict) -> Iterator[None]:
+        """Hold the exclusive lock of one entry (see :meth:`lock_many`)."""
+        with self.lock_many([payload]):
+            yield
+
+    @contextlib.contextmanager
+    def lock_many(self, payloads: Iterable[dict]) -> Iterator[None]:
+        """Hold the exclusive locks of these entries (sorted order; waits for other holders).
+
+        Use it around "get → train what is missing → put" so that concurrent processes train a
+        client once: the later one blocks here, then its ``get`` finds the entry.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        paths = sorted({self.root / f"{payload_key(p)}.lock" for p in payloads})
+        with contextlib.ExitStack() as stack:
+            for p in paths:
+                stack.enter_context(_file_lock(p))
+            yield
+
+
+def cache_lock(
+    cache: UploadCache | None, payloads: Iterable[dict],
+) -> contextlib.AbstractContextManager:
+    """``cache.lock_many(payloads)``, or a no-op when there is no cache."""
+    return cache.lock_many(payloads) if cache is not None else contextlib.nullcontext()
+
+
+class _HeldLock:
+    """One lock file as held by this process: a per-path RLock (threads of this process;
+    re-entry from the holding thread) plus the ``flock`` of the outermost holder."""
+
+    def __init__(self) -> None:
+        self.rlock = threading.RLock()
+        self.depth = 0
+        self.fd: int | None = None
+
+
+_HELD: dict[str, _HeldLock] = {}
+_HELD_GUARD = threading.Lock()
+_warned_no_flock = False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with _HELD_GUARD:
+        held = _HELD.setdefault(str(path), _HeldLock())
+    with held.rlock:
+        if held.depth == 0:
+            held.fd = _flock(path)
+        held.depth += 1
+        try:
+            yield
+        finally:
+            held.depth -= 1
+            if held.depth == 0 and held.fd is not None:
+                os.close(held.fd)  # closing the descriptor releases the flock
+                held.fd = None
+
+
+def _flock(path: Path) -> int | None:
+    """Open ``path`` and take an exclusive ``flock`` on it (blocking); None where unsupported."""
+    global _warned_no_flock
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+        if not _warned_no_flock:
+            _warned_no_flock = True
+            warnings.warn(f"no file locks on {path.parent} ({e.strerror}); concurrent tasks "
+                          "may train the same client twice", stacklevel=3)
+        return None
+    return fd
