@@ -36,8 +36,8 @@ local_epochs = 10
 methods = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
            "fedhydra", "ot"]
 presets = ["paper"]
-server_epochs = 5
-g_steps = 5
+server_epochs = 20
+g_steps = 10
 batch_size = 64
 strat_steps = 5
 strat_batch_size = 16
