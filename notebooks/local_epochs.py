@@ -29,7 +29,7 @@
 # during local training) is not drawn: local training keeps no per-epoch curve.
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
-# E ∈ {1, 3, 5}, a few server epochs of a few generator steps — compare orderings and trends,
+# E ∈ {1, 5}, a few server epochs of a few generator steps — compare orderings and trends,
 # not exact numbers. `run_all.py --full` injects the papers' settings.
 
 # %% tags=["parameters"]
@@ -38,7 +38,7 @@ alphas = [0.1]
 num_clients = 5
 seeds = [1]
 arch = "cnn_mnist"
-local_epochs = [1, 3, 5]
+local_epochs = [1, 5]
 fig3_methods = ["fedavg", "dense"]
 fig9_methods = ["fedavg", "dense", "fedhydra"]
 server_epochs = 4

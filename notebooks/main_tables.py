@@ -36,9 +36,9 @@ local_epochs = 10
 methods = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
            "fedhydra", "ot"]
 presets = ["paper"]
-server_epochs = 20
+server_epochs = 15
 g_steps = 10
-batch_size = 64
+batch_size = 32
 strat_steps = 5
 strat_batch_size = 16
 fedcvae_dataset = "fmnist_embedded"
