@@ -5,7 +5,8 @@
     python run_all.py --full                  # papers' settings (GPU; notebooks/grids/full/)
     python run_all.py --grid my_grid.yaml     # your own grid: {notebook: [ {param: value}, ... ]}
     python run_all.py --quick --only main_tables --out /tmp/ofl
-    python run_all.py --quick --jobs 2                      # two notebooks at a time
+    python run_all.py --quick --jobs 1                      # one notebook at a time
+                                              # (default --quick: one per core, ≤ 4)
     python run_all.py --full --executor dask --cluster slurm --gpus-per-task 1 --jobs 8
     python run_all.py --full --executor submitit --partition gpu --gpus-per-task 1 --dry-run
 
@@ -17,6 +18,7 @@ is 1 if any run failed. Executors other than local need: pip install -e '.[clust
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -123,10 +125,23 @@ _CLI_FIELDS = ("executor", "jobs", "task_timeout", "retries", "threads_per_task"
                "job_prologue", "array_parallelism", "folder", "cell_timeout")
 
 
+#: at most this many quick notebooks at once by default (one per CPU core)
+QUICK_JOBS_MAX = 4
+
+
 def executor_config(args: argparse.Namespace) -> ExecutorConfig:
-    """Defaults ← --cluster-config YAML ← command-line options."""
+    """Defaults ← --cluster-config YAML ← command-line options.
+
+    ``--quick`` defaults to one notebook per CPU core (at most :data:`QUICK_JOBS_MAX`), each
+    with ``cores // jobs`` threads: the quick notebooks are small CPU jobs that keep about one
+    core busy, so running them side by side finishes the batch sooner than giving one
+    notebook every thread. ``--full`` and ``--grid`` default to one task at a time.
+    """
     from_file = load_config_file(args.cluster_config) if args.cluster_config else {}
-    return make_config(from_file, {k: getattr(args, k) for k in _CLI_FIELDS})
+    defaults: dict = {}
+    if not (args.full or args.grid):
+        defaults["jobs"] = max(1, min(QUICK_JOBS_MAX, os.cpu_count() or 1))
+    return make_config(defaults, from_file, {k: getattr(args, k) for k in _CLI_FIELDS})
 
 
 def make_tasks(args: argparse.Namespace) -> list[Task]:

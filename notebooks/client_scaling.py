@@ -46,13 +46,14 @@ g_steps = 2
 batch_size = 32
 strat_steps = 2
 strat_batch_size = 8
+ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
 fedcvae_dataset = "fmnist_embedded"
 fedcvae_alpha = 0.01
 fedcvae_num_clients = [5, 10]
 fedcvae_methods = ["fedcvae-ens", "fedcvae-kd"]
 partition_seed = 1693
 partition_seeds = [1693]
-cvae_epochs = 3
+cvae_epochs = 2
 baseline_local_epochs = 2
 num_samples = 1000
 kd_samples = 1000
@@ -81,7 +82,7 @@ from ofl_core.results import compare_with_paper, paper_results, record, records_
 
 server = {"epochs": server_epochs, "g_steps": g_steps, "iters_per_epoch": g_steps,
           "steps_per_epoch": g_steps, "batch_size": batch_size, "kd_batch_size": batch_size,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size}
+          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size, "ngf": ngf}
 dense_records = []
 for m in num_clients if methods else []:
     for seed in seeds:

@@ -46,11 +46,12 @@ fedhydra_alphas = [0.5]
 fedhydra_2cc = False
 dense_methods = ["feddf", "fed-dafl", "fed-adi", "dense"]
 fedhydra_methods = ["feddf", "dense", "fedhydra"]
-server_epochs = 10
+server_epochs = 5
 g_steps = 3
 batch_size = 64
 strat_steps = 3
 strat_batch_size = 8
+ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
 fedcvae_datasets = ["fmnist_embedded"]
 fedcvae_methods = ["fedcvae-ens", "fedcvae-kd"]
 fedcvae_alpha = 0.01
@@ -82,7 +83,7 @@ from ofl_core.results import compare_with_paper, paper_results, record, records_
 local = LocalTrainConfig(epochs=local_epochs)
 server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,
           "iters_per_epoch": g_steps, "batch_size": batch_size, "kd_batch_size": batch_size,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size,
+          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size, "ngf": ngf,
           "student_arch": server_arch}
 local_setting, server_setting = heterogeneous_settings(server_arch)
 fedhydra_table = "T6" if dataset.startswith("svhn") else "T3"  # T3 CIFAR10, T6 SVHN

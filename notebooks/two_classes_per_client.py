@@ -47,6 +47,7 @@ g_steps = 5
 batch_size = 32
 strat_steps = 3
 strat_batch_size = 8
+ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
 fig8_alphas = [0.1]
 device = "cpu"
 data_root = None
@@ -74,7 +75,7 @@ from ofl_core.stratification import block_structure, stratify
 local = LocalTrainConfig(arch=arch, epochs=local_epochs)
 server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,
           "iters_per_epoch": g_steps, "batch_size": batch_size, "kd_batch_size": batch_size,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size}
+          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size, "ngf": ngf}
 others = configure_methods([m for m in methods if m != "fedhydra"], common=server)
 hydra = ([(r, configure_methods(["fedhydra"], common={**server, "sa_rescale": r})[0])
           for r in sa_rescale] if "fedhydra" in methods else [])
