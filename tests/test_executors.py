@@ -95,6 +95,21 @@ def test_local_jobs1_is_inline_and_jobs_n_limits_threads():
     assert TaskSpec.from_json(spec.to_json()) == spec
 
 
+def test_quick_defaults_to_one_notebook_per_core_and_grids_to_one(monkeypatch, tmp_path):
+    def jobs(argv: list[str]) -> int:
+        return run_all.executor_config(run_all.parse_args(argv)).jobs
+
+    monkeypatch.setattr(run_all.os, "cpu_count", lambda: 2)
+    assert jobs([]) == jobs(["--quick"]) == 2
+    assert jobs(["--quick", "--jobs", "1"]) == 1
+    assert jobs(["--full"]) == jobs(["--grid", "g.yaml"]) == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("jobs: 3\n")
+    assert jobs(["--quick", "--cluster-config", str(cfg)]) == 3  # a file's value wins
+    monkeypatch.setattr(run_all.os, "cpu_count", lambda: 64)
+    assert jobs(["--quick"]) == run_all.QUICK_JOBS_MAX
+
+
 def test_missing_optional_dependency_is_one_clear_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
     with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[cluster\]'"):
