@@ -82,6 +82,7 @@ def sa_logits(
     U_r: torch.Tensor,
     U_c: torch.Tensor,
     rescale: bool = False,
+    space: str = "logits",
 ) -> torch.Tensor:
     """Stratified aggregation, FedHydra Eqs. 8–11 (Alg. 3).
 
@@ -98,8 +99,19 @@ def sa_logits(
     Scale: Ū_c's columns sum to 1 over classes, so P is about 1/C of the mean of logits (exactly
     mean/C with uniform weights), i.e. a softmax temperature of C in every CE/KL on P.
     ``rescale=True`` multiplies P by C (SPEC §4); argmax is unchanged.
+
+    ``space="probs"`` (not the paper; docs/decisions.md): the same weights applied to each
+    client's softmax probabilities instead of its logits, returned as log-probabilities
+    log(P) (so CE/KL on the result read P as a distribution). With logits, a weight ≈ 0 turns a
+    client's strongly negative logit for a class it never saw into ≈ 0, which then outranks
+    the owner's own logits; with probabilities a weight ≈ 0 only removes a vote.
     """
     _, _, c = _check_sa_weights(client_logits, U_r, U_c)
+    if space not in ("logits", "probs"):
+        raise ValueError(f"space must be 'logits' (Eq. 8) or 'probs' (got {space!r})")
+    if space == "probs":
+        out = sa_logits(client_logits.float().softmax(-1), y, U_r, U_c, False, "logits")
+        return out.clamp_min(1e-30).log()
     wr = U_r.to(device=client_logits.device, dtype=client_logits.dtype)
     wc = U_c.to(device=client_logits.device, dtype=client_logits.dtype)
     if y is None:
@@ -123,7 +135,7 @@ class SAEnsemble(nn.Module):
     """
 
     def __init__(self, models: Sequence[nn.Module], U_r: torch.Tensor, U_c: torch.Tensor,
-                 rescale: bool = False) -> None:
+                 rescale: bool = False, space: str = "logits") -> None:
         super().__init__()
         if len(models) == 0:
             raise ValueError("an ensemble needs at least one model")
@@ -136,7 +148,7 @@ class SAEnsemble(nn.Module):
                              f"{tuple(U_c.shape)})")
         self.register_buffer("U_r", U_r.detach().float().clone())
         self.register_buffer("U_c", U_c.detach().float().clone())
-        self.rescale = rescale
+        self.rescale, self.space = rescale, space
 
     def train(self, mode: bool = True) -> SAEnsemble:  # members stay frozen in eval mode
         super().train(mode)
@@ -149,4 +161,4 @@ class SAEnsemble(nn.Module):
         return torch.stack([mdl(x) for mdl in self.members])
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return sa_logits(self.member_logits(x), y, self.U_r, self.U_c, self.rescale)
+        return sa_logits(self.member_logits(x), y, self.U_r, self.U_c, self.rescale, self.space)

@@ -132,7 +132,7 @@ class _FastGenerator(nn.Module):
         self.g, self.fast = g, fast
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return generator_forward(self.g, z, self.fast)
+        return generator_forward(self.g, z, self.fast, cpu_kernels=False)  # under vmap
 
 
 def resolve_group(group: int | Literal["auto"], m: int, num_classes: int, batch_size: int,

@@ -64,15 +64,18 @@ def bn_statistics_term(
     ‖μ(x) − μ_run‖₂ + ‖σ²(x) − σ²_run‖₂, with μ, σ² the per-channel batch mean and biased
     variance of the layer's input ``x`` (B, C, H, W) over (B, H, W).
 
-    Raw moments Σx, Σx² are accumulated in float64 (then σ² = E[x²] − μ², no cancellation
-    problem at float32 precision): one pass each, 2–3× faster on the CPU than ``var_mean``.
+    Moments of the input shifted by the running mean, in float32: μ(x) − μ_run = E[x − μ_run],
+    σ²(x) = E[(x − μ_run)²] − (E[x − μ_run])². Exact in real arithmetic; the shift keeps the
+    raw-moment formula free of cancellation near the statistics the loss drives x towards, and
+    it is 3–6× faster on the CPU than float64 accumulation or ``var_mean`` (a float64 sum
+    copies the whole activation first).
     """
     x = x.float()
     n = x.numel() // x.shape[1]
-    mean = x.sum((0, 2, 3), dtype=torch.float64) / n
-    var = ((x * x).sum((0, 2, 3), dtype=torch.float64) / n - mean * mean).clamp_min(0.0)
-    return (torch.linalg.vector_norm((mean - running_mean.double()).float())
-            + torch.linalg.vector_norm((var - running_var.double()).float()))
+    xs = x - running_mean.float().view(1, -1, 1, 1)
+    m1 = xs.sum((0, 2, 3)) / n
+    var = ((xs * xs).sum((0, 2, 3)) / n - m1 * m1).clamp_min(0.0)
+    return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - running_var.float())
 
 
 class MaxPoolReLU(nn.Module):
@@ -484,11 +487,12 @@ def _phase_kernels(w: torch.Tensor) -> torch.Tensor:
     return torch.cat(ks, 0)
 
 
-def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor,
-                     bias: torch.Tensor | None = None) -> torch.Tensor:
+def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     channels_last: bool = False) -> torch.Tensor:
     """``conv3x3(upsample_nearest_2x(x), padding=1)`` computed exactly on the low-resolution
     input: one 2×2 convolution per output phase (a, b) (16/36 of the multiply-adds), then the
-    four phases interleaved."""
+    four phases interleaved. ``channels_last=True`` (for a channels-last ``x``) interleaves in
+    NHWC order and returns a channels-last result (one copy either way)."""
     b, _, h, w = x.shape
     c_out = weight.shape[0]
     kernels = _phase_kernels(weight)
@@ -499,11 +503,36 @@ def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor,
             # phase (a, c) reads input rows (i−1, i) for a = 0 and (i, i+1) for a = 1
             ys.append(F.conv2d(F.pad(x, (1 - c, c, 1 - a, a)), k))
     # interleave: out[:, :, 2i + a, 2j + c] = phase (a, c)[:, :, i, j]
-    out = torch.stack([torch.stack(ys[:2], -1), torch.stack(ys[2:], -1)], 3)
-    out = out.view(b, c_out, 2 * h, 2 * w)
+    if channels_last:
+        nhwc = [y.permute(0, 2, 3, 1) for y in ys]  # views of channels-last tensors
+        out = torch.stack([torch.stack(nhwc[:2], 3), torch.stack(nhwc[2:], 3)], 2)
+        out = out.view(b, 2 * h, 2 * w, c_out).permute(0, 3, 1, 2)
+    else:
+        out = torch.stack([torch.stack(ys[:2], -1), torch.stack(ys[2:], -1)], 3)
+        out = out.view(b, c_out, 2 * h, 2 * w)
     if bias is not None:
         out = out + bias.view(1, -1, 1, 1)
     return out
+
+
+def conv3x3_narrow(x: torch.Tensor, weight: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``conv3x3(x, padding=1)`` for few output channels (the generator's last layer, 1 or 3
+    channels), exactly: one 1×1 convolution to 9·C_out tap maps, then the nine maps summed
+    with their shifts. oneDNN's direct 3×3 kernels are very slow for C_out ≤ 3 on the CPU
+    (measured 3–4× slower, forward + backward, at 64→1 channels and 28 px)."""
+    _, c_in, h, w = x.shape
+    c_out = weight.shape[0]
+    taps = F.conv2d(x, weight.permute(2, 3, 0, 1).reshape(9 * c_out, c_in, 1, 1))
+    taps = F.pad(taps, (1, 1, 1, 1))
+    out = None
+    for i in range(3):
+        for j in range(3):
+            t = taps[:, (3 * i + j) * c_out : (3 * i + j + 1) * c_out, i : i + h, j : j + w]
+            out = t if out is None else out + t
+    if bias is not None:
+        out = out + bias.view(1, -1, 1, 1)
+    return out.contiguous()
 
 
 def _is_stock_generator(g: nn.Module) -> bool:
@@ -519,21 +548,30 @@ def _is_stock_generator(g: nn.Module) -> bool:
         and g.conv_blocks[i].stride == (1, 1) for i in (2, 6))
 
 
-def generator_forward(g: nn.Module, z: torch.Tensor, fast: bool = True) -> torch.Tensor:
+def generator_forward(g: nn.Module, z: torch.Tensor, fast: bool = True,
+                      cpu_kernels: bool = True) -> torch.Tensor:
     """G(z). For the stock :class:`~ofl_core.models.Generator` and ``fast=True`` each
     "upsample ×2 → conv 3×3" pair is computed by :func:`upsample_conv3x3` (same function, same
-    parameters, same BN updates; about half the generator's convolution work). Any other module
-    is simply called."""
+    parameters, same BN updates; about half the generator's convolution work) and the last
+    conv by :func:`conv3x3_narrow`; on the CPU the activations are kept channels-last (faster
+    oneDNN convolutions). The result is a contiguous (N, C, H, W) tensor either way.
+    ``cpu_kernels=False`` skips the two CPU-only steps (needed under ``torch.vmap``, which
+    cannot change memory formats). Any other module is simply called."""
     if not (fast and _is_stock_generator(g)):
         return g(z)
     cb = g.conv_blocks
     out = g.l1(z).view(z.shape[0], g.ngf * 2, g.init_size, g.init_size)
+    cpu = cpu_kernels and out.device.type == "cpu"
+    if cpu:
+        out = out.contiguous(memory_format=torch.channels_last)
     out = cb[0](out)
-    out = upsample_conv3x3(out, cb[2].weight, cb[2].bias)
+    out = upsample_conv3x3(out, cb[2].weight, cb[2].bias, channels_last=cpu)
     out = F.leaky_relu(cb[3](out), cb[4].negative_slope)
-    out = upsample_conv3x3(out, cb[6].weight, cb[6].bias)
+    out = upsample_conv3x3(out, cb[6].weight, cb[6].bias, channels_last=cpu)
     out = F.leaky_relu(cb[7](out), cb[8].negative_slope)
-    return torch.sigmoid(cb[9](out))
+    if cpu and cb[9].out_channels <= 3:
+        return torch.sigmoid(conv3x3_narrow(out, cb[9].weight, cb[9].bias))
+    return torch.sigmoid(cb[9](out)).contiguous()
 
 
 def build_generator(nz: int, ngf: int, img_size: int, channels: int,
@@ -564,6 +602,7 @@ __all__ = [
     "ImagePool", "MaxPoolReLU", "TeacherBank", "TeacherOutput", "adi_competition_loss",
     "augment_batch", "fuse_relu_maxpool",
     "autocast_context", "bn_statistics_term", "boundary_support_loss", "build_generator",
+    "conv3x3_narrow",
     "dafl_activation_loss", "dafl_information_entropy_loss", "dafl_onehot_loss",
     "generator_forward", "jitter_flip", "js_divergence", "kd_loss", "kl_per_sample",
     "reinit_generator", "total_variation_l1", "upsample_conv3x3",

@@ -484,3 +484,19 @@ def test_ot_fusion_refuses_mixed_and_unsupported_architectures() -> None:
         run_method("ot", [_fresh_upload("lenet", 0)], OTFusionConfig(anchor=3), ctx)
     with pytest.raises(ValueError, match="anchor"):
         OTFusionConfig(anchor=-1)
+
+
+def test_sa_probs_space_weights_probabilities_and_a_zero_weight_removes_a_vote() -> None:
+    # client 0 saw only class 0, client 1 only class 1; client 0 is very negative on class 1
+    logits = torch.tensor([[[4.0, -20.0]], [[-1.0, 2.0]]])  # (m=2, B=1, C=2)
+    U = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (C, m): class j owned by client j
+    # label-free, weights on probabilities: P[j] = p_j(client j)
+    out = sa_logits(logits, None, U, U, space="probs")
+    p = logits.softmax(-1)
+    torch.testing.assert_close(out.exp(), torch.stack([p[0, :, 0], p[1, :, 1]], -1))
+    # the label-free logit form gives each class only its owner's logit too
+    torch.testing.assert_close(sa_logits(logits, None, U, U), torch.tensor([[4.0, 2.0]]))
+    with pytest.raises(ValueError, match="space"):
+        sa_logits(logits, None, U, U, space="soft")
+    with pytest.raises(ValueError, match="sa_space"):
+        FedHydraConfig(sa_space="soft")

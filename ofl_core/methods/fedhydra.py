@@ -70,8 +70,10 @@ class FedHydraConfig:
       growing pool and each epoch is one pass over it in batches of ``kd_batch_size``.
 
     ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies P by C
-    (SPEC §4). ``student_arch``: None = the clients' architecture (homogeneous clients); the
-    paper's server model for heterogeneous clients is ``"resnet18"``.
+    (SPEC §4). ``sa_space``: ``"logits"`` = Eq. 8 as written (weights on logits);
+    ``"probs"`` applies the same weights to softmax probabilities (not the paper; measured in
+    docs/decisions.md, FedHydra section). ``student_arch``: None = the clients' architecture
+    (homogeneous clients); the paper's server model for heterogeneous clients is ``"resnet18"``.
     ``min_loss_floor``: guard of Eq. 2 (:func:`ofl_core.stratification.guidance_capability`).
     ``strat_group``: generators trained together during stratification ("auto": C on the CPU).
     Speed options as in DENSE: ``fast_generator``, ``batched_teachers``, ``channels_last``,
@@ -93,6 +95,7 @@ class FedHydraConfig:
     adv_weight: float = 0.5
     kd_ce_weight: float = 1.0
     sa_rescale: bool = False
+    sa_space: Literal["logits", "probs"] = "logits"
     kd_data: Literal["intermediate", "fresh", "pool"] = "intermediate"
     pool_uint8: bool = True
     strat_steps: int = 30
@@ -129,6 +132,9 @@ class FedHydraConfig:
         if len(self.g_betas) != 2 or not all(0 <= b < 1 for b in self.g_betas):
             raise ValueError(f"FedHydraConfig.g_betas must be two numbers in [0, 1) "
                              f"(got {self.g_betas})")
+        if self.sa_space not in ("logits", "probs"):
+            raise ValueError(f"FedHydraConfig.sa_space must be 'logits' (Eq. 8) or 'probs' "
+                             f"(got {self.sa_space!r})")
         if self.kd_data not in KD_DATA:
             raise ValueError(f"FedHydraConfig.kd_data must be one of {KD_DATA} "
                              f"(got {self.kd_data!r})")
@@ -222,7 +228,7 @@ def run_fedhydra(
         with torch.no_grad():
             with amp:
                 logits = bank.logits(to_input(xb))
-            return sa_logits(logits.float(), yb, U_r, U_c, cfg.sa_rescale)
+            return sa_logits(logits.float(), yb, U_r, U_c, cfg.sa_rescale, cfg.sa_space)
 
     def kd_step(xb: torch.Tensor, pb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One SGD step on L_Glo = KL(σ(P) ‖ σ(S)) + β·CE(S, argmax P) (Eqs. 17–19)."""
@@ -252,7 +258,8 @@ def run_fedhydra(
                 xa = to_input(x)
                 out = bank.forward(xa, bn=w_bn > 0)
                 s_out = student(xa) if w_adv > 0 else None
-            P = sa_logits(out.logits.float(), y, U_r, U_c, cfg.sa_rescale)  # Eq. 12
+            P = sa_logits(out.logits.float(), y, U_r, U_c, cfg.sa_rescale,
+                          cfg.sa_space)  # Eq. 12
             loss_ce = F.cross_entropy(P, y)  # Eq. 13
             loss_bn = out.bn_loss if out.bn_loss is not None else zero  # Eq. 14
             loss_ad = -kl_per_sample(P, s_out).mean() if s_out is not None else zero  # Eq. 15
@@ -333,7 +340,8 @@ def run_fedhydra(
     if ctx.evaluate is not None:
         # Fig. 8: label-free SA ensemble vs the averaging ensemble (AE) on real test data
         extras["sa_ensemble_acc"] = float(ctx.evaluate(
-            SAEnsemble(bank.models, stratification.U_r, stratification.U_c, cfg.sa_rescale)))
+            SAEnsemble(bank.models, stratification.U_r, stratification.U_c, cfg.sa_rescale,
+                       cfg.sa_space)))
         extras["mean_ensemble_acc"] = float(ctx.evaluate(Ensemble(bank.models)))
     images, labels = (image_grid(last_x, last_y, cfg.num_images) if last_x is not None
                       else (None, None))
