@@ -6,7 +6,8 @@ and per KD step of
 
 - **ours**: ``ofl_core.methods.dense.DenseSynthesizer`` / ``Distiller`` — the code ``run`` uses
   (frozen teachers without weight gradients in a :class:`~ofl_core.synthesis.TeacherBank`, frozen
-  student, exact phase-decomposed generator, channels-last on the CPU, fused BN statistics,
+  student, exact phase-decomposed generator with channels-last activations and a 1×1-tap last
+  convolution on the CPU, channels-last teachers, float32 shifted-moment BN statistics,
   no host syncs, in-memory uint8 pool with batched augmentation), float32;
 - **straightforward**: written below the way DENSE's code does it — an ``nn.Module`` ensemble
   calling the teachers one after another with their weight gradients kept, DeepInversion-style
