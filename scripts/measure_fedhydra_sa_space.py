@@ -1,0 +1,42 @@
+"""FedHydra with the SA weights on logits (Eq. 8, default) vs on probabilities (``sa_space``).
+
+Embedded FMNIST, 2 classes per client, m = 5, the two_classes_per_client notebook's quick
+server settings, seeds 1–3, one thread; DENSE on the same clients for reference
+(docs/decisions.md, FedHydra section).
+
+    python scripts/measure_fedhydra_sa_space.py [SERVER_EPOCHS]   # default 5
+"""
+
+import sys
+
+import torch
+
+from ofl_core.clients import LocalTrainConfig
+from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    server = {"epochs": epochs, "g_steps": 5, "batch_size": 32, "kd_batch_size": 32,
+              "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
+    for seed in (1, 2, 3):
+        setup = setup_experiment(ExperimentConfig(
+            partition="classes_per_client", alpha=None, classes_per_client=2, num_clients=5,
+            seed=seed, local=LocalTrainConfig(epochs=10), progress=False))
+        _, res = run_methods(setup, configure_methods(["dense"], common=server))
+        r = res["dense"]
+        print(f"epochs={epochs} seed={seed} DENSE: last {r.last_acc:.2f} best {r.best_acc:.2f}",
+              flush=True)
+        for space in ("logits", "probs"):
+            _, res = run_methods(setup, configure_methods(
+                ["fedhydra"], common={**server, "sa_space": space}))
+            r = res["fedhydra"]
+            print(f"epochs={epochs} seed={seed} FedHydra sa_space={space}: last "
+                  f"{r.last_acc:.2f} best {r.best_acc:.2f}, SA ensemble "
+                  f"{r.extras['sa_ensemble_acc']:.2f}, AE {r.extras['mean_ensemble_acc']:.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
