@@ -63,6 +63,9 @@ class Ensemble(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
+SA_SPACES = ("logits", "probs")  # what the SA weights multiply: Eq. 8 logits, or softmax
+
+
 def _check_sa_weights(client_logits: torch.Tensor, U_r: torch.Tensor, U_c: torch.Tensor
                       ) -> tuple[int, int, int]:
     if client_logits.dim() != 3:
@@ -107,8 +110,8 @@ def sa_logits(
     the owner's own logits; with probabilities a weight ≈ 0 only removes a vote.
     """
     _, _, c = _check_sa_weights(client_logits, U_r, U_c)
-    if space not in ("logits", "probs"):
-        raise ValueError(f"space must be 'logits' (Eq. 8) or 'probs' (got {space!r})")
+    if space not in SA_SPACES:
+        raise ValueError(f"space must be one of {SA_SPACES} ('logits' = Eq. 8; got {space!r})")
     if space == "probs":
         out = sa_logits(client_logits.float().softmax(-1), y, U_r, U_c, False, "logits")
         return out.clamp_min(1e-30).log()

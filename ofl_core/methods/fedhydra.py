@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..clients import ClientUpload, build_from_upload, check_preset
-from ..ensemble import Ensemble, SAEnsemble, sa_logits
+from ..ensemble import SA_SPACES, Ensemble, SAEnsemble, sa_logits
 from ..models import MODEL_NAMES
 from ..stratification import MIN_LOSS_FLOOR, Stratification, stratify
 from ..synthesis import (
@@ -132,8 +132,8 @@ class FedHydraConfig:
         if len(self.g_betas) != 2 or not all(0 <= b < 1 for b in self.g_betas):
             raise ValueError(f"FedHydraConfig.g_betas must be two numbers in [0, 1) "
                              f"(got {self.g_betas})")
-        if self.sa_space not in ("logits", "probs"):
-            raise ValueError(f"FedHydraConfig.sa_space must be 'logits' (Eq. 8) or 'probs' "
+        if self.sa_space not in SA_SPACES:
+            raise ValueError(f"FedHydraConfig.sa_space must be one of {SA_SPACES} "
                              f"(got {self.sa_space!r})")
         if self.kd_data not in KD_DATA:
             raise ValueError(f"FedHydraConfig.kd_data must be one of {KD_DATA} "
