@@ -517,10 +517,12 @@ def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
 def conv3x3_narrow(x: torch.Tensor, weight: torch.Tensor,
                    bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``conv3x3(x, padding=1)`` for few output channels (the generator's last layer, 1 or 3
-    channels), exactly: one 1×1 convolution to 9·C_out tap maps, then the nine maps summed
-    with their shifts. oneDNN's direct 3×3 kernels are very slow for C_out ≤ 3 on the CPU
-    (measured 3–4× slower, forward + backward, at 64→1 channels and 28 px)."""
+    """``conv3x3(x, padding=1)`` for very few output channels, exactly: one 1×1 convolution
+    to 9·C_out tap maps, then the nine maps summed with their shifts. On the CPU, for the
+    generator's 64 → 1 last layer at 28 px, forward + backward, it is 1.8× faster than
+    ``F.conv2d`` on the same channels-last input (3.7× than on NCHW); for 64 → 3 at 32 px it is
+    slower than the channels-last ``F.conv2d``, so :func:`generator_forward` uses it for one
+    output channel only (``benchmarks/bench_generator_kernels.py``)."""
     _, c_in, h, w = x.shape
     c_out = weight.shape[0]
     taps = F.conv2d(x, weight.permute(2, 3, 0, 1).reshape(9 * c_out, c_in, 1, 1))
@@ -552,11 +554,11 @@ def generator_forward(g: nn.Module, z: torch.Tensor, fast: bool = True,
                       cpu_kernels: bool = True) -> torch.Tensor:
     """G(z). For the stock :class:`~ofl_core.models.Generator` and ``fast=True`` each
     "upsample ×2 → conv 3×3" pair is computed by :func:`upsample_conv3x3` (same function, same
-    parameters, same BN updates; about half the generator's convolution work) and the last
-    conv by :func:`conv3x3_narrow`; on the CPU the activations are kept channels-last (faster
-    oneDNN convolutions). The result is a contiguous (N, C, H, W) tensor either way.
-    ``cpu_kernels=False`` skips the two CPU-only steps (needed under ``torch.vmap``, which
-    cannot change memory formats). Any other module is simply called."""
+    parameters, same BN updates; about half the generator's convolution work) and a
+    one-channel last conv by :func:`conv3x3_narrow`; on the CPU the activations are kept
+    channels-last (faster oneDNN convolutions). The result is a contiguous (N, C, H, W) tensor
+    either way. ``cpu_kernels=False`` skips the two CPU-only steps (needed under
+    ``torch.vmap``, which cannot change memory formats). Any other module is simply called."""
     if not (fast and _is_stock_generator(g)):
         return g(z)
     cb = g.conv_blocks
@@ -569,9 +571,9 @@ def generator_forward(g: nn.Module, z: torch.Tensor, fast: bool = True,
     out = F.leaky_relu(cb[3](out), cb[4].negative_slope)
     out = upsample_conv3x3(out, cb[6].weight, cb[6].bias, channels_last=cpu)
     out = F.leaky_relu(cb[7](out), cb[8].negative_slope)
-    if cpu:  # the stock generator has 1 or 3 output channels
+    if cpu and cb[9].out_channels == 1:
         return torch.sigmoid(conv3x3_narrow(out, cb[9].weight, cb[9].bias))
-    return torch.sigmoid(cb[9](out))
+    return torch.sigmoid(cb[9](out)).contiguous()  # NCHW also after channels-last activations
 
 
 def build_generator(nz: int, ngf: int, img_size: int, channels: int,
