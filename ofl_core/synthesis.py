@@ -67,7 +67,7 @@ def bn_statistics_term(
     Moments of the input shifted by the running mean, in float32: μ(x) − μ_run = E[x − μ_run],
     σ²(x) = E[(x − μ_run)²] − (E[x − μ_run])². Exact in real arithmetic; the shift keeps the
     raw-moment formula free of cancellation near the statistics the loss drives x towards, and
-    it is 3–6× faster on the CPU than float64 accumulation or ``var_mean`` (a float64 sum
+    it is about 3× faster on the CPU than float64 accumulation (a float64 sum
     copies the whole activation first).
     """
     x = x.float()
