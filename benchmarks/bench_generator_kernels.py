@@ -16,12 +16,11 @@ Forward + backward, float32, measured alternately in the same run (median of ``-
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from bench_dense import median_alternating  # same folder: run as a script
 
 from ofl_core.synthesis import (
     bn_statistics_term,
@@ -29,18 +28,6 @@ from ofl_core.synthesis import (
     conv3x3_narrow,
     generator_forward,
 )
-
-
-def median_alternating(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def bn_term_float64(x: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> torch.Tensor:
