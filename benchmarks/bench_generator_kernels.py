@@ -6,8 +6,11 @@ Forward + backward, float32, measured alternately in the same run (median of ``-
   ``F.conv2d`` (NCHW and channels-last input) vs :func:`ofl_core.synthesis.conv3x3_narrow`;
 - one BN layer's term of L_BN on a teacher's first BN input (256×16×28×28, channels-last):
   the previous float64 raw-moment version vs :func:`ofl_core.synthesis.bn_statistics_term`;
+- one "upsample ×2 → conv 3×3" pair of the generator (channels-last, batch 256): the stock
+  two ops, the previous exact version (four 2×2 phase convolutions, interleaved) and
+  :func:`ofl_core.synthesis.upsample_conv3x3` (one stride-2 transposed convolution);
 - the whole generator (batch 256): the stock module vs
-  :func:`ofl_core.synthesis.generator_forward` (phase-decomposed upsample+conv, channels-last,
+  :func:`ofl_core.synthesis.generator_forward` (transposed-conv upsample+conv, channels-last,
   narrow last conv).
 
     python benchmarks/bench_generator_kernels.py [--threads 1] [--reps 5]
@@ -27,6 +30,7 @@ from ofl_core.synthesis import (
     build_generator,
     conv3x3_narrow,
     generator_forward,
+    upsample_conv3x3,
 )
 
 
@@ -37,6 +41,20 @@ def bn_term_float64(x: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> torc
     var = ((x * x).sum((0, 2, 3), dtype=torch.float64) / n - mean * mean).clamp_min(0.0)
     return (torch.linalg.vector_norm((mean - rm.double()).float())
             + torch.linalg.vector_norm((var - rv.double()).float()))
+
+
+def phase_upsample_conv3x3(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The previous exact version: one 2×2 convolution per output phase (a, c) on the
+    low-resolution input, then the four phases interleaved (channels-last)."""
+    rows = (torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
+            torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2))
+    ks = [k for r in rows for k in (torch.stack([r[..., 0], r[..., 1] + r[..., 2]], -1),
+                                    torch.stack([r[..., 0] + r[..., 1], r[..., 2]], -1))]
+    n, _, h, wd = x.shape
+    ys = [F.conv2d(F.pad(x, (1 - c, c, 1 - a, a)), ks[2 * a + c]).permute(0, 2, 3, 1)
+          for a in (0, 1) for c in (0, 1)]
+    out = torch.stack([torch.stack(ys[:2], 3), torch.stack(ys[2:], 3)], 2)
+    return out.view(n, 2 * h, 2 * wd, -1).permute(0, 3, 1, 2) + b.view(1, -1, 1, 1)
 
 
 def fwd_bwd(fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> Callable[[], None]:
@@ -82,6 +100,17 @@ def main() -> None:
     }, args.reps)
     report("L_BN term of one BN layer, input 256x16x28x28 (channels-last):", t,
            "float64 raw moments (previous)")
+    for c_in, c_out, h in ((128, 128, 7), (128, 64, 14)):
+        x = torch.randn(256, c_in, h, h).contiguous(memory_format=torch.channels_last)
+        w, b = torch.randn(c_out, c_in, 3, 3) * 0.05, torch.zeros(c_out)
+        t = median_alternating({
+            "upsample + F.conv2d (stock)": fwd_bwd(lambda a, k, c: F.conv2d(
+                F.interpolate(a, scale_factor=2, mode="nearest"), k, c, padding=1), x, w, b),
+            "four 2x2 phase convs (previous)": fwd_bwd(phase_upsample_conv3x3, x, w, b),
+            "upsample_conv3x3 (transposed conv)": fwd_bwd(upsample_conv3x3, x, w, b),
+        }, args.reps)
+        report(f"upsample x2 + conv 3x3, {c_in} -> {c_out}, {h} -> {2 * h} px, batch 256:", t,
+               "upsample + F.conv2d (stock)")
     for channels, size in ((1, 28), (3, 32)):
         g = build_generator(256, 64, size, channels, torch.Generator().manual_seed(0)).train()
         z = torch.randn(256, 256)

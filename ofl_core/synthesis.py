@@ -471,48 +471,30 @@ def augment_batch(x: torch.Tensor, mode: str, generator: torch.Generator | None 
 # --------------------------------------------------------------------------------------------
 
 
-def _phase_kernels(w: torch.Tensor) -> torch.Tensor:
-    """The four 2×2 kernels of "nearest ×2 upsample, then 3×3 conv (padding 1)", stacked as
-    (4·C_out, C_in, 2, 2) in phase order (0,0), (0,1), (1,0), (1,1).
-
-    Output pixel (2i+a, 2j+b) reads upsampled rows 2i+a−1..2i+a+1, i.e. input rows (i−1, i) with
-    weights (w0, w1+w2) for a = 0 and rows (i, i+1) with (w0+w1, w2) for a = 1; same for columns.
-    """
-    rows = (torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
-            torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2))
-    ks = []
-    for r in rows:
-        ks.append(torch.stack([r[..., 0], r[..., 1] + r[..., 2]], -1))
-        ks.append(torch.stack([r[..., 0] + r[..., 1], r[..., 2]], -1))
-    return torch.cat(ks, 0)
+# 3 taps of a 3×3 kernel -> 4 taps of the stride-2 transposed convolution (one dimension)
+_UPSAMPLE_TAPS = ((0.0, 0.0, 1.0), (0.0, 1.0, 1.0), (1.0, 1.0, 0.0), (1.0, 0.0, 0.0))
 
 
-def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     channels_last: bool = False) -> torch.Tensor:
+def upsample_transposed_kernel(w: torch.Tensor) -> torch.Tensor:
+    """The 4×4 kernel (C_in, C_out, 4, 4) of ``conv_transpose2d(stride=2, padding=1)`` that
+    equals "nearest ×2 upsample, then 3×3 conv (padding 1)" with kernel ``w`` (C_out, C_in, 3, 3).
+
+    Output row 2i+a reads upsampled rows 2i+a−1..2i+a+1, i.e. input rows (i−1, i) with weights
+    (w0, w1+w2) for a = 0 and rows (i, i+1) with (w0+w1, w2) for a = 1. The transposed
+    convolution gives output row y the input row i through tap t = y − 2i + 1, so its taps are
+    (w2, w1+w2, w0+w1, w0); the same for columns."""
+    a = w.new_tensor(_UPSAMPLE_TAPS)
+    return torch.einsum("tr,oirq,uq->iotu", a, w, a)
+
+
+def upsample_conv3x3(x: torch.Tensor, weight: torch.Tensor,
+                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """``conv3x3(upsample_nearest_2x(x), padding=1)`` computed exactly on the low-resolution
-    input: one 2×2 convolution per output phase (a, b) (16/36 of the multiply-adds), then the
-    four phases interleaved. ``channels_last=True`` (for a channels-last ``x``) interleaves in
-    NHWC order and returns a channels-last result (one copy either way)."""
-    b, _, h, w = x.shape
-    c_out = weight.shape[0]
-    kernels = _phase_kernels(weight)
-    ys = []
-    for a in (0, 1):
-        for c in (0, 1):
-            k = kernels[(2 * a + c) * c_out : (2 * a + c + 1) * c_out]
-            # phase (a, c) reads input rows (i−1, i) for a = 0 and (i, i+1) for a = 1
-            ys.append(F.conv2d(F.pad(x, (1 - c, c, 1 - a, a)), k))
-    # interleave: out[:, :, 2i + a, 2j + c] = phase (a, c)[:, :, i, j]
-    if channels_last:
-        nhwc = [y.permute(0, 2, 3, 1) for y in ys]  # views of channels-last tensors
-        out = torch.stack([torch.stack(nhwc[:2], 3), torch.stack(nhwc[2:], 3)], 2)
-        out = out.view(b, 2 * h, 2 * w, c_out).permute(0, 3, 1, 2)
-    else:
-        out = torch.stack([torch.stack(ys[:2], -1), torch.stack(ys[2:], -1)], 3)
-        out = out.view(b, c_out, 2 * h, 2 * w)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1, 1)
-    return out
+    input as one stride-2 transposed convolution with a 4×4 kernel
+    (:func:`upsample_transposed_kernel`): 16/36 of the multiply-adds, no upsampled copy. The
+    result has ``x``'s memory layout. Gradients reach ``x``, ``weight`` and ``bias`` as through
+    the original pair (``benchmarks/bench_generator_kernels.py``)."""
+    return F.conv_transpose2d(x, upsample_transposed_kernel(weight), bias, stride=2, padding=1)
 
 
 def conv3x3_narrow(x: torch.Tensor, weight: torch.Tensor,
@@ -567,9 +549,9 @@ def generator_forward(g: nn.Module, z: torch.Tensor, fast: bool = True,
     if cpu:
         out = out.contiguous(memory_format=torch.channels_last)
     out = cb[0](out)
-    out = upsample_conv3x3(out, cb[2].weight, cb[2].bias, channels_last=cpu)
+    out = upsample_conv3x3(out, cb[2].weight, cb[2].bias)
     out = F.leaky_relu(cb[3](out), cb[4].negative_slope)
-    out = upsample_conv3x3(out, cb[6].weight, cb[6].bias, channels_last=cpu)
+    out = upsample_conv3x3(out, cb[6].weight, cb[6].bias)
     out = F.leaky_relu(cb[7](out), cb[8].negative_slope)
     if cpu and cb[9].out_channels == 1:
         return torch.sigmoid(conv3x3_narrow(out, cb[9].weight, cb[9].bias))

@@ -335,16 +335,24 @@ def test_augment_batch_modes() -> None:
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_upsample_conv3x3_keeps_layout_and_values(channels_last: bool) -> None:
-    x = torch.randn(3, 5, 4, 6)
+def test_upsample_conv3x3_keeps_layout_values_and_gradients(channels_last: bool) -> None:
+    x1 = torch.randn(3, 5, 4, 6, dtype=torch.float64)
     if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn(2, 5, 3, 3)
-    ref = nn.functional.conv2d(nn.functional.interpolate(x, scale_factor=2, mode="nearest"), w,
-                               padding=1)
-    out = upsample_conv3x3(x, w, channels_last=channels_last)
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        x1 = x1.contiguous(memory_format=torch.channels_last)
+    x1.requires_grad_()
+    w1 = torch.randn(2, 5, 3, 3, dtype=torch.float64, requires_grad=True)
+    b1 = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x1, w1, b1))
+    ref = nn.functional.conv2d(nn.functional.interpolate(x1, scale_factor=2, mode="nearest"),
+                               w1, b1, padding=1)
+    out = upsample_conv3x3(x2, w2, b2)
+    torch.testing.assert_close(out, ref)  # float64: the same function, not just close
     assert out.is_contiguous(memory_format=torch.channels_last) == channels_last
+    g = torch.randn_like(ref)
+    (ref * g).sum().backward()
+    (out * g).sum().backward()
+    for a, b in ((x1, x2), (w1, w2), (b1, b2)):
+        torch.testing.assert_close(a.grad, b.grad)
 
 
 @pytest.mark.parametrize("c_out", [1, 3])

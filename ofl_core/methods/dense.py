@@ -80,8 +80,9 @@ class DenseConfig:
     ``label`` overrides the reported method name (e.g. ``"dense+ldam"`` for LDAM clients).
 
     Speed options (same results up to float rounding, except ``amp``): ``fast_generator``
-    (exact phase-decomposed upsample-conv), ``batched_teachers`` (vmap; "auto" = on CUDA),
-    ``channels_last`` ("auto" = on CPU), ``amp`` (bfloat16 autocast; off by default).
+    (exact upsample-conv as one stride-2 transposed conv), ``batched_teachers`` (vmap;
+    "auto" = on CUDA), ``channels_last`` ("auto" = on CPU), ``amp`` (bfloat16 autocast; off
+    by default).
     """
 
     epochs: int = 200
