@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from ..cpu_memory import large_blocks_from_heap
 from . import adi, dafl, dense, ensemble, fedavg, fedcvae, feddf, fedhydra, fedoneshot, ot_fusion
 from .base import ServerContext, ServerResult, check_homogeneous
 
@@ -44,10 +47,6 @@ def method_config(name: str, preset: str = "paper", **overrides: Any) -> Any:
 def run_method(name: str, uploads: list, cfg: Any, ctx: ServerContext) -> ServerResult:
     """Run server method ``name``; on the CPU inside
     :func:`~ofl_core.cpu_memory.large_blocks_from_heap` (same values, fewer page faults)."""
-    import torch
-
-    from ..cpu_memory import large_blocks_from_heap
-
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}")
     with large_blocks_from_heap(enabled=torch.device(ctx.device).type == "cpu"):
