@@ -57,6 +57,37 @@ class TeacherOutput:
         return self.logits.mean(0)
 
 
+class _ShiftedMoments(torch.autograd.Function):
+    """(μ(x) − μ_run, σ²(x)) per channel from moments of x − μ_run, with a one-pass backward
+    (∂/∂x = g_μ/n + 2·g_σ²·(x − μ_run − (μ − μ_run))/n as one ``addcmul``), instead of
+    autograd's four passes through the subtraction, square and sums."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, running_mean: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = x.numel() // x.shape[1]
+        xs = x - running_mean.view(1, -1, 1, 1)
+        m1 = xs.sum((0, 2, 3)) / n
+        var = ((xs * xs).sum((0, 2, 3)) / n - m1 * m1).clamp_min(0.0)
+        return m1, var
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: tuple) -> None:
+        x, running_mean = inputs
+        m1, var = output
+        ctx.save_for_backward(x, running_mean, m1, var)
+
+    @staticmethod
+    def backward(ctx, g_m1: torch.Tensor, g_var: torch.Tensor) -> tuple[torch.Tensor, None]:
+        x, running_mean, m1, var = ctx.saved_tensors
+        n = x.numel() // x.shape[1]
+        c1 = (2.0 / n) * g_var * (var > 0)
+        c0 = g_m1 / n - c1 * (running_mean + m1)
+        return torch.addcmul(c0.view(1, -1, 1, 1), x, c1.view(1, -1, 1, 1)), None
+
+
 def bn_statistics_term(
     x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor
 ) -> torch.Tensor:
@@ -68,13 +99,10 @@ def bn_statistics_term(
     σ²(x) = E[(x − μ_run)²] − (E[x − μ_run])². Exact in real arithmetic; the shift keeps the
     raw-moment formula free of cancellation near the statistics the loss drives x towards, and
     it is about 3× faster on the CPU than float64 accumulation (a float64 sum
-    copies the whole activation first).
+    copies the whole activation first). The gradient to ``x`` is one fused pass
+    (:class:`_ShiftedMoments`).
     """
-    x = x.float()
-    n = x.numel() // x.shape[1]
-    xs = x - running_mean.float().view(1, -1, 1, 1)
-    m1 = xs.sum((0, 2, 3)) / n
-    var = ((xs * xs).sum((0, 2, 3)) / n - m1 * m1).clamp_min(0.0)
+    m1, var = _ShiftedMoments.apply(x.float(), running_mean.float())
     return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - running_var.float())
 
 
@@ -114,6 +142,94 @@ def fuse_relu_maxpool(model: nn.Module) -> Callable[[], None]:
     return restore
 
 
+def narrow_input_conv_grad(grad_out: torch.Tensor, weight: torch.Tensor,
+                           input_size: Sequence[int], padding: Sequence[int]) -> torch.Tensor:
+    """∂L/∂x of a stride-1, zero-padded ``conv2d(x, weight)`` from ∂L/∂y, exactly: one 1×1
+    convolution of ``grad_out`` to the C_in·k_h·k_w tap maps, then ``F.fold`` (col2im) adds
+    each tap map at its shift. For few input channels this reads the large ``grad_out`` once
+    through a dense GEMM, where oneDNN's backward-data kernel for a 1- or 3-channel output is
+    slow (``benchmarks/bench_teacher_kernels.py``)."""
+    c_out, c_in, kh, kw = weight.shape
+    taps_w = weight.reshape(c_out, c_in * kh * kw).t().reshape(c_in * kh * kw, c_out, 1, 1)
+    taps = F.conv2d(grad_out, taps_w).contiguous()
+    n, k, ho, wo = taps.shape
+    return F.fold(taps.view(n, k, ho * wo), tuple(input_size), (kh, kw),
+                  padding=tuple(padding))
+
+
+class _NarrowInputConvFn(torch.autograd.Function):
+    """``F.conv2d(x, w, b, padding)`` whose input gradient is :func:`narrow_input_conv_grad`;
+    weight and bias gradients (when needed) come from ATen's own backward."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                padding: tuple[int, int]) -> torch.Tensor:
+        return F.conv2d(x, weight, bias, padding=padding)
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
+        x, weight, bias, padding = inputs
+        ctx.padding, ctx.has_bias = padding, bias is not None
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        dt = grad_out.dtype  # the forward's compute dtype (bfloat16 under autocast)
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = narrow_input_conv_grad(grad_out, weight.to(dt), x.shape[-2:],
+                                        ctx.padding).to(x.dtype)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            _, gw, gb = torch.ops.aten.convolution_backward(
+                grad_out, x.to(dt), weight.to(dt), [weight.shape[0]] if ctx.has_bias else None,
+                [1, 1], list(ctx.padding), [1, 1], False, [0, 0], 1,
+                [False, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+            gw = gw.to(weight.dtype) if gw is not None else None
+            gb = gb.to(weight.dtype) if gb is not None else None
+        return gx, gw, gb, None
+
+
+class NarrowInputConv2d(nn.Conv2d):
+    """An ``nn.Conv2d`` (same parameters, same state_dict) whose input gradient is computed
+    by :func:`narrow_input_conv_grad`; made by :func:`narrow_input_convs`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _NarrowInputConvFn.apply(x, self.weight, self.bias, self.padding)
+
+
+def _narrow_input_pays(conv: nn.Conv2d) -> bool:
+    """Where the tap-map input gradient measured faster than oneDNN's on the CPU
+    (``benchmarks/bench_teacher_kernels.py``): one input channel, or at least twice as many
+    output channels as tap maps (3→64 and 3→128 3×3 yes; 3→32 3×3 and 3→16 5×5 no)."""
+    c_out, c_in, kh, kw = conv.weight.shape
+    return (type(conv) is nn.Conv2d and conv.stride == (1, 1) and conv.dilation == (1, 1)
+            and conv.groups == 1 and conv.padding_mode == "zeros"
+            and not isinstance(conv.padding, str)
+            and (c_in == 1 or c_out >= 2 * c_in * kh * kw))
+
+
+def narrow_input_convs(model: nn.Module) -> Callable[[], None]:
+    """Give every convolution of ``model`` whose input gradient is faster as tap maps + fold
+    (:func:`_narrow_input_pays`; in practice the first convolution of image classifiers) that
+    input gradient, in place (exact up to float rounding; parameters shared, state_dict
+    unchanged). For the CPU. Returns a function that undoes the rewrite."""
+    undo = []
+    for parent in list(model.modules()):
+        for name, mod in list(parent._modules.items()):
+            if isinstance(mod, nn.Conv2d) and _narrow_input_pays(mod):
+                new = NarrowInputConv2d.__new__(NarrowInputConv2d)
+                new.__dict__ = mod.__dict__.copy()  # the same Parameter objects
+                parent._modules[name] = new
+                undo.append((parent, name, mod))
+
+    def restore() -> None:
+        for parent, name, mod in undo:
+            parent._modules[name] = mod
+
+    return restore
+
+
 def _signature(model: nn.Module) -> tuple:
     """Models with equal signatures compute the same function of (parameters, input)."""
     shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in model.state_dict().items())
@@ -143,7 +259,9 @@ class TeacherBank:
         channels_last: store conv weights channels-last and feed channels-last inputs (loop
             path). ``"auto"``: on the CPU, where oneDNN's convolutions and max-pooling are faster
             in that layout.
-        fuse: apply :func:`fuse_relu_maxpool` to the teachers (exact; ReLU after pooling).
+        fuse: apply :func:`fuse_relu_maxpool` to the teachers (exact; ReLU after pooling) and,
+            on the CPU, :func:`narrow_input_convs` (exact up to rounding; faster input
+            gradients of the first convolution).
     """
 
     def __init__(
@@ -169,6 +287,8 @@ class TeacherBank:
             sig = _signature(mdl)
             if fuse:
                 fuse_relu_maxpool(mdl)
+                if dev.type == "cpu" and not batched:  # vmap needs stock modules
+                    narrow_input_convs(mdl)
             if sig not in groups:
                 groups[sig] = _Group(indices=[], models=[], batched=False)
             groups[sig].indices.append(i)
@@ -583,13 +703,12 @@ def autocast_context(device: str | torch.device, enabled: bool) -> torch.autocas
 
 
 __all__ = [
-    "ImagePool", "MaxPoolReLU", "TeacherBank", "TeacherOutput", "adi_competition_loss",
-    "augment_batch", "fuse_relu_maxpool",
-    "autocast_context", "bn_statistics_term", "boundary_support_loss", "build_generator",
-    "conv3x3_narrow",
-    "dafl_activation_loss", "dafl_information_entropy_loss", "dafl_onehot_loss",
-    "generator_forward", "jitter_flip", "js_divergence", "kd_loss", "kl_per_sample",
-    "reinit_generator", "total_variation_l1", "upsample_conv3x3",
+    "adi_competition_loss", "augment_batch", "autocast_context", "bn_statistics_term",
+    "boundary_support_loss", "build_generator", "conv3x3_narrow", "dafl_activation_loss",
+    "dafl_information_entropy_loss", "dafl_onehot_loss", "fuse_relu_maxpool", "generator_forward",
+    "ImagePool", "jitter_flip", "js_divergence", "kd_loss", "kl_per_sample", "MaxPoolReLU",
+    "narrow_input_conv_grad", "narrow_input_convs", "NarrowInputConv2d", "reinit_generator",
+    "TeacherBank", "TeacherOutput", "total_variation_l1", "upsample_conv3x3",
 ]
 
 

@@ -13,6 +13,7 @@ from torch import nn
 from ofl_core.models import Generator, build_model
 from ofl_core.synthesis import (
     ImagePool,
+    NarrowInputConv2d,
     TeacherBank,
     adi_competition_loss,
     augment_batch,
@@ -30,6 +31,8 @@ from ofl_core.synthesis import (
     js_divergence,
     kd_loss,
     kl_per_sample,
+    narrow_input_conv_grad,
+    narrow_input_convs,
     total_variation_l1,
     upsample_conv3x3,
 )
@@ -140,6 +143,35 @@ def test_bn_term_zero_iff_statistics_match() -> None:
     assert bn_statistics_term(x, mean, var).item() == pytest.approx(0.0, abs=1e-5)
     shifted = bn_statistics_term(x, mean + torch.tensor([0.3, 0.0, 0.4]), var)
     assert shifted.item() == pytest.approx(0.5, rel=1e-4)  # ‖(0.3, 0, 0.4)‖₂
+
+
+def test_bn_term_gradient_matches_autograd_of_the_formula() -> None:
+    """The fused one-pass backward of the shifted moments against plain autograd, float64."""
+    from ofl_core.synthesis import _ShiftedMoments
+
+    torch.manual_seed(0)
+    x = (torch.randn(6, 3, 4, 5, dtype=torch.float64) * 1.5 + 0.7).requires_grad_(True)
+    rm = torch.tensor([0.5, -0.2, 1.0], dtype=torch.float64)
+    rv = torch.tensor([2.0, 0.7, 1.3], dtype=torch.float64)
+
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        xs = x - rm.view(1, -1, 1, 1)
+        m1 = xs.mean((0, 2, 3))
+        var = (xs * xs).mean((0, 2, 3)) - m1 * m1
+        return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - rv)
+
+    def fused(x: torch.Tensor) -> torch.Tensor:
+        m1, var = _ShiftedMoments.apply(x, rm)
+        return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - rv)
+
+    (g_ref,) = torch.autograd.grad(reference(x), x)
+    (g_new,) = torch.autograd.grad(fused(x), x)
+    torch.testing.assert_close(g_new, g_ref)
+    assert torch.autograd.gradcheck(fused, (x,))
+    # channels-last input (the teachers' layout on the CPU) gives the same gradient
+    xc = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    (g_cl,) = torch.autograd.grad(fused(xc), xc)
+    torch.testing.assert_close(g_cl, g_ref)
 
 
 class _BNFirst(nn.Module):
@@ -254,6 +286,64 @@ def test_fuse_relu_maxpool_is_exact_and_undoable(arch: str) -> None:
         torch.testing.assert_close(p.grad, q.grad)
     restore()
     assert repr(fused) == repr(ref)
+
+
+@pytest.mark.parametrize(("c_in", "c_out", "k", "pad"),
+                         [(3, 16, 3, 0), (1, 6, 5, 2), (3, 8, 3, 1), (2, 5, 3, 1)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_narrow_input_conv_grad_is_the_conv_input_gradient(c_in: int, c_out: int, k: int,
+                                                           pad: int, channels_last: bool) -> None:
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(3, c_in, 9, 11, dtype=torch.float64).contiguous(memory_format=fmt)
+    w = torch.randn(c_out, c_in, k, k, dtype=torch.float64)
+    y = torch.nn.functional.conv2d(x.requires_grad_(True), w, padding=pad)
+    g = torch.randn_like(y).contiguous(memory_format=fmt)
+    (ref,) = torch.autograd.grad(y, x, g)
+    torch.testing.assert_close(narrow_input_conv_grad(g, w, (9, 11), (pad, pad)), ref)
+
+
+@pytest.mark.parametrize("arch", ["cnn_mnist", "cnn_cifar", "lenet"])
+def test_narrow_input_convs_is_exact_and_undoable(arch: str) -> None:
+    """Values and input, weight and bias gradients as the stock model (float64), same
+    state_dict and parameters, and only the convolutions where the rewrite pays change."""
+    torch.manual_seed(0)
+    c, size = (3, 32) if arch == "cnn_cifar" else (1, 28)
+    ref = build_model(arch, 10, c, size).double()
+    new = copy.deepcopy(ref)
+    before = dict(new.named_parameters())
+    restore = narrow_input_convs(new)
+    rewritten = [n for n, m in new.named_modules() if isinstance(m, NarrowInputConv2d)]
+    assert len(rewritten) == 1  # the first convolution (1 or 3 input channels)
+    assert list(new.state_dict()) == list(ref.state_dict())
+    assert all(before[k] is p for k, p in new.named_parameters())
+    x1 = torch.randn(4, c, size, size, dtype=torch.float64, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    a, b = ref(x1), new(x2)
+    torch.testing.assert_close(a, b)
+    a.square().sum().backward()
+    b.square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad)
+    for p, q in zip(ref.parameters(), new.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    restore()
+    assert not any(isinstance(m, NarrowInputConv2d) for m in new.modules())
+
+
+def test_narrow_input_conv_under_bf16_autocast() -> None:
+    """The rewrite keeps working under CPU autocast (bfloat16 forward, float32 gradients)."""
+    torch.manual_seed(0)
+    ref = build_model("cnn_mnist", 10, 1, 28)
+    new = copy.deepcopy(ref)
+    narrow_input_convs(new)
+    x1 = torch.randn(4, 1, 28, 28, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    for model, x in ((ref, x1), (new, x2)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().square().sum().backward()
+    assert x2.grad.dtype == torch.float32
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=0.05, atol=0.05 * x1.grad.abs().max().item())
 
 
 # ---------------------------------------------------------------- generator
