@@ -7,8 +7,9 @@ and per KD step of
 - **ours**: ``ofl_core.methods.dense.DenseSynthesizer`` / ``Distiller`` — the code ``run`` uses
   (frozen teachers without weight gradients in a :class:`~ofl_core.synthesis.TeacherBank`, frozen
   student, exact upsample+conv pairs as stride-2 transposed convolutions, channels-last
-  generator activations and a 1×1-tap last convolution on the CPU, channels-last teachers,
-  float32 shifted-moment BN statistics, no host syncs, in-memory uint8 pool with batched
+  generator activations and a 1×1-tap last convolution on the CPU, channels-last teachers
+  whose first convolutions take their input gradient as tap maps + fold, float32
+  shifted-moment BN statistics with a fused backward, no host syncs, in-memory uint8 pool with batched
   augmentation), float32, inside
   :func:`~ofl_core.cpu_memory.large_blocks_from_heap` as ``run_method`` runs every server
   method on the CPU (large activations reused from the heap instead of fresh, page-faulted
