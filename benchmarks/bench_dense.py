@@ -9,8 +9,8 @@ and per KD step of
   student, exact upsample+conv pairs as stride-2 transposed convolutions, channels-last
   generator activations and a 1×1-tap last convolution on the CPU, channels-last teachers
   whose first convolutions take their input gradient as tap maps + fold, float32
-  shifted-moment BN statistics with a fused backward, no host syncs, in-memory uint8 pool with batched
-  augmentation), float32, inside
+  shifted-moment BN statistics with a fused backward, no host syncs, in-memory uint8 pool
+  with batched augmentation), float32, inside
   :func:`~ofl_core.cpu_memory.large_blocks_from_heap` as ``run_method`` runs every server
   method on the CPU (large activations reused from the heap instead of fresh, page-faulted
   mmaps; same values). The same code on glibc's default malloc is printed beside it;

@@ -71,13 +71,19 @@ def report(title: str, t: dict[str, float], base: str) -> None:
         print(f"  {k:38s} {v * 1000:8.1f} ms   {t[base] / v:5.2f}x vs {base}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    """``--threads`` (default 1) and ``--reps`` (default 5); sets the thread count and seed."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    return args
+
+
+def main() -> None:
+    args = parse_args(__doc__)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, median of {args.reps}, forward + backward")
     for c_out, size in ((1, 28), (3, 32)):

@@ -19,11 +19,9 @@ Float32, measured alternately in the same run (median of ``--reps``), batch 256:
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from bench_dense import make_teachers, median_alternating  # same folder: run as a script
-from bench_generator_kernels import fwd_bwd, report
+from bench_generator_kernels import fwd_bwd, parse_args, report
 
 from ofl_core.cpu_memory import large_blocks_from_heap
 from ofl_core.synthesis import (
@@ -58,12 +56,7 @@ def stock_first_convs(bank: TeacherBank) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = parse_args(__doc__)
     cl = torch.channels_last
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, median of {args.reps}, batch 256, "

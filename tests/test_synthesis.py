@@ -267,6 +267,20 @@ def test_gradients_reach_generator_not_teachers() -> None:
     assert all(p.grad is None for p in student.parameters())
 
 
+def _assert_same_function_and_gradients(ref: nn.Module, new: nn.Module,
+                                        x: torch.Tensor) -> None:
+    """Same outputs, input gradients and parameter gradients of a squared-sum loss."""
+    x1 = x.detach().clone().requires_grad_(True)
+    x2 = x.detach().clone().requires_grad_(True)
+    a, b = ref(x1), new(x2)
+    torch.testing.assert_close(a, b)
+    a.square().sum().backward()
+    b.square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad)
+    for p, q in zip(ref.parameters(), new.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 @pytest.mark.parametrize("arch", ["cnn_mnist", "lenet"])
 def test_fuse_relu_maxpool_is_exact_and_undoable(arch: str) -> None:
     torch.manual_seed(0)
@@ -275,15 +289,7 @@ def test_fuse_relu_maxpool_is_exact_and_undoable(arch: str) -> None:
     restore = fuse_relu_maxpool(fused)
     assert any(type(m).__name__ == "MaxPoolReLU" for m in fused.modules())
     assert list(fused.state_dict()) == list(ref.state_dict())
-    x1 = torch.randn(4, 1, 28, 28, requires_grad=True)
-    x2 = x1.detach().clone().requires_grad_(True)
-    a, b = ref(x1), fused(x2)
-    torch.testing.assert_close(a, b)
-    a.square().sum().backward()
-    b.square().sum().backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
-    for p, q in zip(ref.parameters(), fused.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad)
+    _assert_same_function_and_gradients(ref, fused, torch.randn(4, 1, 28, 28))
     restore()
     assert repr(fused) == repr(ref)
 
@@ -317,15 +323,8 @@ def test_narrow_input_convs_is_exact_and_undoable(arch: str) -> None:
     assert len(rewritten) == 1  # the first convolution (1 or 3 input channels)
     assert list(new.state_dict()) == list(ref.state_dict())
     assert all(before[k] is p for k, p in new.named_parameters())
-    x1 = torch.randn(4, c, size, size, dtype=torch.float64, requires_grad=True)
-    x2 = x1.detach().clone().requires_grad_(True)
-    a, b = ref(x1), new(x2)
-    torch.testing.assert_close(a, b)
-    a.square().sum().backward()
-    b.square().sum().backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
-    for p, q in zip(ref.parameters(), new.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad)
+    _assert_same_function_and_gradients(
+        ref, new, torch.randn(4, c, size, size, dtype=torch.float64))
     restore()
     assert not any(isinstance(m, NarrowInputConv2d) for m in new.modules())
 
