@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import torch
 
-from ofl_core.clients import client_seed
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
@@ -45,6 +44,7 @@ from ofl_core.methods.fedcvae import (
     truncated_sampler,
 )
 from ofl_core.models.cvae import build_decoder, truncated_normal
+from ofl_core.seeds import client_seed
 
 
 def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:

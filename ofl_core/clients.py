@@ -15,7 +15,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,14 +24,9 @@ from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
+from .presets import check_preset
+from .seeds import client_seed, init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
-
-PRESETS = ("paper", "authors_code")
-
-
-def check_preset(preset: str) -> None:
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {PRESETS} (got {preset!r})")
 
 
 @dataclass(frozen=True)
@@ -180,22 +174,6 @@ def ldam_loss(
     margins = margins * (max_margin / margins.max())
     adjusted = logits - F.one_hot(y, logits.shape[1]) * (scale * margins)[None, :]
     return F.cross_entropy(adjusted, y)
-
-
-def client_seed(seed: int, client_id: int) -> int:
-    """Independent, reproducible seed for client ``client_id`` of an experiment seeded ``seed``
-    (its data order and augmentation)."""
-    return int(np.random.SeedSequence([int(seed), int(client_id)]).generate_state(1)[0])
-
-
-def init_seed(seed: int, arch: str) -> int:
-    """Seed of the initial weights: shared by every client of the same architecture.
-
-    In FL the server sends one initial model to all clients (DENSE's code deep-copies the global
-    model for each client); FedAvg's parameter average only makes sense from a common init.
-    """
-    tag = int.from_bytes(arch.encode()[:8].ljust(8, b"\0"), "little")
-    return int(np.random.SeedSequence([int(seed), 10**6, tag]).generate_state(1)[0])
 
 
 def init_model(arch: str, num_classes: int, in_channels: int, image_size: int, seed: int,

@@ -27,13 +27,13 @@ from .clients import (
     ClientUpload,
     LocalTrainConfig,
     UploadError,
-    check_preset,
-    client_seed,
     resolve_workers,
 )
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae, build_decoder
+from .presets import check_preset
+from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock
 
 
@@ -220,15 +220,6 @@ def noisy_label_counts(counts: Sequence[int] | np.ndarray, gamma: float,
     std = math.sqrt(gamma * n_k) if mode == "variance" else gamma * n_k
     noise = torch.randn(c.shape, generator=generator, dtype=torch.float64) * std
     return tuple(int(v) for v in (c + noise).clamp_(min=0.0).round().long())
-
-
-def cvae_init_seed(seed: int, client_id: int, cfg: CVAETrainConfig) -> int:
-    """Seed of a client's initial CVAE weights: per client, or per variant with
-    ``shared_init``."""
-    tag = int.from_bytes(cfg.variant.encode()[:8].ljust(8, b"\0"), "little")
-    stream = [int(seed), 2 * 10**6, tag] if cfg.shared_init else [int(seed), 3 * 10**6,
-                                                                 int(client_id)]
-    return int(np.random.SeedSequence(stream).generate_state(1)[0])
 
 
 def train_cvae(

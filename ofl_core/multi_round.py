@@ -31,7 +31,7 @@ from .data.partition import Partition
 from .evaluate import accuracy, predict_logits
 from .methods import ServerContext, ServerResult, run_method
 from .results import ResultRecord
-from .synthesis import derive_seed
+from .seeds import derive_seed
 from .upload_cache import UploadCache
 
 #: server(uploads, ctx, previous global state or None) -> the round's ServerResult

@@ -717,16 +717,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def derive_seed(seed: int, *tags: int | str) -> int:
-    """A reproducible 63-bit seed from an experiment seed and tags (e.g. a method name)."""
-    import numpy as np
-
-    ints = [int(seed)] + [t if isinstance(t, int) else
-                          int.from_bytes(str(t).encode()[:8].ljust(8, b"\0"), "little")
-                          for t in tags]
-    return int(np.random.SeedSequence(ints).generate_state(2, dtype=np.uint64)[0] >> 1)
-
-
 def server_student(uploads: Sequence, student_arch: str | None, num_classes: int,
                    in_channels: int, image_size: int, seed: int,
                    device: str | torch.device = "cpu", method: str = "DENSE"

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ofl_core.models import Generator, build_model
+from ofl_core.seeds import derive_seed
 from ofl_core.synthesis import (
     ImagePool,
     NarrowInputConv2d,
@@ -24,7 +25,6 @@ from ofl_core.synthesis import (
     dafl_activation_loss,
     dafl_information_entropy_loss,
     dafl_onehot_loss,
-    derive_seed,
     fuse_relu_maxpool,
     generator_forward,
     jitter_flip,

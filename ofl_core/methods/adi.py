@@ -16,15 +16,16 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, build_from_upload, check_preset
+from ..clients import ClientUpload, build_from_upload
 from ..models import MODEL_NAMES
+from ..presets import check_preset
+from ..seeds import derive_seed
 from ..synthesis import (
     EvalCurve,
     ImagePool,
     TeacherBank,
     adi_competition_loss,
     autocast_context,
-    derive_seed,
     fuse_relu_maxpool,
     image_grid,
     jitter_flip,

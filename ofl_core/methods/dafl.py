@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, build_from_upload, check_preset
+from ..clients import ClientUpload, build_from_upload
 from ..models import MODEL_NAMES
+from ..presets import check_preset
+from ..seeds import derive_seed
 from ..synthesis import (
     EvalCurve,
     TeacherBank,
@@ -27,7 +29,6 @@ from ..synthesis import (
     dafl_activation_loss,
     dafl_information_entropy_loss,
     dafl_onehot_loss,
-    derive_seed,
     fuse_relu_maxpool,
     generator_forward,
     image_grid,

@@ -20,10 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, LocalTrainConfig, build_from_upload, check_preset, train_clients
+from ..clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models import MODEL_NAMES
+from ..presets import check_preset
+from ..seeds import derive_seed
 from ..synthesis import (
     EvalCurve,
     ImagePool,
@@ -32,7 +34,6 @@ from ..synthesis import (
     autocast_context,
     boundary_support_loss,
     build_generator,
-    derive_seed,
     fuse_relu_maxpool,
     generator_forward,
     image_grid,

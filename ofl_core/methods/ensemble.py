@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..clients import ClientUpload, build_from_upload, check_preset
+from ..clients import ClientUpload, build_from_upload
 from ..ensemble import Ensemble
+from ..presets import check_preset
 from .base import ServerContext, ServerResult
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..clients import ClientUpload, build_from_upload, check_preset, validate_upload
+from ..clients import ClientUpload, build_from_upload, validate_upload
+from ..presets import check_preset
 from .base import ServerContext, ServerResult, check_homogeneous
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, UploadError, check_preset, init_model
+from ..clients import ClientUpload, UploadError, init_model
 from ..fedcvae_clients import (
     FEDCVAE_HPARAMS,
     FedCVAEHParams,
@@ -52,6 +52,8 @@ from ..models.cvae import (
     truncated_normal,
     uniform_latent,
 )
+from ..presets import check_preset
+from ..seeds import fedcvae_server_seed
 from .base import ServerContext, ServerResult
 from .fedavg import average_states
 
@@ -245,10 +247,6 @@ class FedCVAEParamAvgConfig(FedCVAEKDConfig):
 # shared machinery
 
 
-def _stream(seed: int, tag: int) -> int:
-    return int(np.random.SeedSequence([int(seed), 7_000 + tag]).generate_state(1)[0])
-
-
 def allocate_samples(sizes: Sequence[float], total: int, mode: Allocation) -> list[int]:
     """How many samples each client's decoder contributes.
 
@@ -350,9 +348,9 @@ def train_classifier(
     ``ctx.evaluate`` is given and ``eval_each_epoch``; else the final accuracy only)."""
     kwargs = {"conv_relu": conv_relu} if arch == "mcmahan_cnn" else {}
     model = init_model(arch, ctx.num_classes, ctx.in_channels, ctx.image_size,
-                       _stream(seed, 1), **kwargs).to(ctx.device).train()
+                       fedcvae_server_seed(seed, 1), **kwargs).to(ctx.device).train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(_stream(seed, 2))
+    gen = torch.Generator().manual_seed(fedcvae_server_seed(seed, 2))
     n = len(y)
     curve: list[float] = []
     for epoch in tqdm(range(epochs), desc=desc, leave=False, disable=not ctx.progress):
@@ -428,7 +426,7 @@ def _ens(uploads: Sequence[ClientUpload], cfg: FedCVAEEnsConfig, ctx: ServerCont
                                   cfg.num_samples, cfg.allocation)
     if z_sampler is None:
         z_sampler = truncated_sampler(cfg.trunc_width, cfg.prior_mean, ctx.device)
-    gen = torch.Generator().manual_seed(_stream(seed, 0))
+    gen = torch.Generator().manual_seed(fedcvae_server_seed(seed, 0))
     x, y, _ = sample_client_decoders(decoders, uploads, per_client, z_sampler, gen, ctx.device)
     clf, curve = train_classifier(
         x, y, arch=cfg.classifier_arch, conv_relu=cfg.conv_relu, epochs=cfg.classifier_epochs,
@@ -481,23 +479,24 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
     else:
         per_client = allocate_samples([sum(u.label_counts or ()) for u in uploads],
                                       cfg.kd_samples, cfg.allocation)
-        gen = torch.Generator().manual_seed(_stream(ctx.seed, 10))
+        gen = torch.Generator().manual_seed(fedcvae_server_seed(ctx.seed, 10))
         sampler = truncated_sampler(cfg.kd_trunc_width, cfg.prior_mean, ctx.device)
         x_kd, y_kd, z_kd = sample_client_decoders(decoders, uploads, per_client, sampler, gen,
                                                   ctx.device)
         assert z_kd is not None
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_stream(ctx.seed, 11))
+            torch.manual_seed(fedcvae_server_seed(ctx.seed, 11))
             server = build_decoder(cfg.server_variant, ctx.num_classes, ctx.in_channels,
                                    ctx.image_size, d)
         server.to(ctx.device)
         extras["kd_loss"] = distill_decoder(
             server, x_kd, y_kd, z_kd, epochs=cfg.kd_epochs, lr=cfg.kd_lr,
-            batch_size=cfg.batch_size, seed=_stream(ctx.seed, 12), progress=ctx.progress,
+            batch_size=cfg.batch_size, seed=fedcvae_server_seed(ctx.seed, 12),
+            progress=ctx.progress,
         )
         extras["samples_per_client"] = per_client
     # Alg. 1 line 9: an IID labelled set from the server decoder, y uniform
-    gen = torch.Generator().manual_seed(_stream(ctx.seed, 13))
+    gen = torch.Generator().manual_seed(fedcvae_server_seed(ctx.seed, 13))
     y = torch.randint(0, ctx.num_classes, (cfg.num_samples,), generator=gen).to(ctx.device)
     z = truncated_normal((cfg.num_samples, d), cfg.trunc_width, gen, mean=cfg.prior_mean,
                          device=ctx.device)

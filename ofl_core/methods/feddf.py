@@ -17,13 +17,14 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, build_from_upload, check_preset
+from ..clients import ClientUpload, build_from_upload
 from ..models import MODEL_NAMES
+from ..presets import check_preset
+from ..seeds import derive_seed
 from ..synthesis import (
     EvalCurve,
     TeacherBank,
     autocast_context,
-    derive_seed,
     fuse_relu_maxpool,
     kd_loss,
     server_student,

@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, build_from_upload, check_preset
+from ..clients import ClientUpload, build_from_upload
 from ..ensemble import SA_SPACES, Ensemble, SAEnsemble, sa_logits
 from ..models import MODEL_NAMES
+from ..presets import check_preset
+from ..seeds import derive_seed
 from ..stratification import MIN_LOSS_FLOOR, Stratification, stratify
 from ..synthesis import (
     EvalCurve,
@@ -35,7 +37,6 @@ from ..synthesis import (
     TeacherBank,
     autocast_context,
     build_generator,
-    derive_seed,
     generator_forward,
     image_grid,
     kd_loss,

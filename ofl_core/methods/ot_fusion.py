@@ -21,7 +21,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..clients import ClientUpload, build_from_upload, check_preset, validate_upload
+from ..clients import ClientUpload, build_from_upload, validate_upload
+from ..presets import check_preset
 from .base import ServerContext, ServerResult, check_homogeneous
 from .fedavg import average_states
 
