@@ -96,7 +96,7 @@ def iid_clients(bars: ImageDataset):
     return _clients(bars, "iid")
 
 
-TINY = dict(epochs=8, g_steps=4, batch_size=32, kd_batch_size=32, nz=32, ngf=16,
+TINY = dict(epochs=8, steps_per_epoch=4, batch_size=32, kd_batch_size=32, nz=32, ngf=16,
             strat_steps=6, strat_batch_size=16)
 
 
@@ -324,7 +324,8 @@ def test_fedhydra_end_to_end_beats_chance(hydra) -> None:
     torch.testing.assert_close(torch.tensor(ex["U_r"]).sum(1), torch.ones(C6))
     assert len(ex["strat_losses"][0][0]) == TINY["strat_steps"]
     assert 0 <= ex["sa_ensemble_acc"] <= 100 and 0 <= ex["mean_ensemble_acc"] <= 100
-    assert ex["kd_data"] == "intermediate" and ex["kd_steps"] == TINY["epochs"] * TINY["g_steps"]
+    assert ex["kd_data"] == "intermediate"
+    assert ex["kd_steps"] == TINY["epochs"] * TINY["steps_per_epoch"]
     assert ex["strat_generator_steps"] == 3 * C6 * TINY["strat_steps"]
     assert all(math.isfinite(v) for v in ex["losses"]["total"]) and max(ex["losses"]["bn"]) > 0
     assert max(ex["losses"]["ad"]) <= 0  # L_AD = −KL ≤ 0
@@ -340,7 +341,7 @@ def test_kd_data_modes_and_a_given_stratification(iid_clients, hydra, kd_data, s
                            U_r=torch.tensor(hydra.extras["U_r"], dtype=torch.float64),
                            U_c=torch.tensor(hydra.extras["U_c"], dtype=torch.float64),
                            losses=torch.tensor(hydra.extras["strat_losses"]))
-    cfg = FedHydraConfig(**{**TINY, "epochs": 2, "g_steps": 2, "kd_batch_size": 16},
+    cfg = FedHydraConfig(**{**TINY, "epochs": 2, "steps_per_epoch": 2, "kd_batch_size": 16},
                          kd_data=kd_data, sa_rescale=True)
     res = run_fedhydra(uploads, cfg, ctx, stratification=strat)
     assert res.extras["U_r"] == hydra.extras["U_r"] and res.extras["sa_rescale"]
@@ -363,7 +364,7 @@ def _fresh_upload(arch: str, k: int, n: int = 10, classes: int = 4) -> ClientUpl
 def test_heterogeneous_clients_need_a_student_arch() -> None:
     ups = [_fresh_upload("cnn_mnist", 0), _fresh_upload("lenet", 1)]
     ctx = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False)
-    small = dict(epochs=1, g_steps=1, batch_size=8, nz=8, ngf=4, strat_steps=2,
+    small = dict(epochs=1, steps_per_epoch=1, batch_size=8, nz=8, ngf=4, strat_steps=2,
                  strat_batch_size=4)
     with pytest.raises(ValueError, match="student_arch"):
         run_method("fedhydra", ups, FedHydraConfig(**small), ctx)
@@ -375,13 +376,14 @@ def test_heterogeneous_clients_need_a_student_arch() -> None:
 
 def test_fedhydra_config_presets_and_validation() -> None:
     p, c = FedHydraConfig.for_preset("paper"), FedHydraConfig.for_preset("authors_code")
-    assert (p.epochs, p.g_steps, p.batch_size, p.g_lr, p.kd_lr) == (200, 30, 128, 1e-3, 0.01)
+    assert ((p.epochs, p.steps_per_epoch, p.batch_size, p.g_lr, p.kd_lr)
+            == (200, 30, 128, 1e-3, 0.01))
     assert (p.bn_weight, p.adv_weight, p.kd_ce_weight, p.sa_rescale) == (1.0, 0.5, 1.0, False)
     assert (p.strat_steps, p.strat_batch_size, p.strat_lr) == (30, 128, 1e-3)
     assert c.preset == "authors_code" and FedHydraConfig(preset="authors_code") == c
     assert method_config("fedhydra", sa_rescale=True).sa_rescale
     assert METHODS["fedhydra"][0] is FedHydraConfig and METHODS["ot"][0] is OTFusionConfig
-    for field, value in [("kd_data", "best"), ("g_steps", 0), ("strat_group", 0),
+    for field, value in [("kd_data", "best"), ("steps_per_epoch", 0), ("strat_group", 0),
                          ("student_arch", "vgg"), ("min_loss_floor", 0.0), ("preset", "x"),
                          ("kd_ce_weight", -1.0)]:
         with pytest.raises(ValueError, match=field):

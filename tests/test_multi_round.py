@@ -16,8 +16,8 @@ from ofl_core.multi_round import run_multi_round_methods, run_rounds, server_for
 from ofl_core.upload_cache import state_hash
 
 LOCAL = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32, lr=0.05)
-DENSE_TINY = dict(epochs=2, g_steps=2, batch_size=16, kd_batch_size=16, nz=16, ngf=8)
-HYDRA_TINY = dict(epochs=2, g_steps=2, batch_size=16, kd_batch_size=16, nz=16, ngf=8,
+DENSE_TINY = dict(epochs=2, steps_per_epoch=2, batch_size=16, kd_batch_size=16, nz=16, ngf=8)
+HYDRA_TINY = dict(epochs=2, steps_per_epoch=2, batch_size=16, kd_batch_size=16, nz=16, ngf=8,
                   strat_steps=2, strat_batch_size=8)
 
 

@@ -2,7 +2,8 @@
 DENSE's strongest baseline (DENSE §3.1.3; SPEC §4). No reference code exists for this
 baseline; every choice below is in docs/decisions.md.
 
-Each epoch optimises a fresh batch of pixels x̂ (labels y uniform) for ``g_steps`` Adam steps on
+Each epoch optimises a fresh batch of pixels x̂ (labels y uniform) for
+``steps_per_epoch`` Adam steps on
 L = CE(D(x̂'), y) + 10·L_BN(x̂') + 1e-3·TV_L1(x̂') + 1·(−JS(σ(S(x̂')/3), σ(D(x̂')/3))),
 x̂' = jitter/flip(x̂) (DeepInversion Eqs. 3–8); the lowest-loss batch joins a pool, and the
 student is distilled from D on one pass over the pool (as DENSE's code does for DENSE).
@@ -38,7 +39,7 @@ from .base import ServerContext, ServerResult
 
 @dataclass(frozen=True)
 class FedADIConfig:
-    """Fed-ADI. From DENSE's "same setting as ours" (§3.1.4): T = 200 epochs, ``g_steps`` 30
+    """Fed-ADI. From DENSE's "same setting as ours" (§3.1.4): T = 200 epochs, ``steps_per_epoch`` 30
     optimisation steps per epoch, batch 128, student SGD 0.01 momentum 0.9, KD temperature 1.
     From DeepInversion (CIFAR setting of its code): ``bn_weight`` 10, ``tv_weight`` 1e-3 (L1
     total variation), ``compete_weight`` 1 with temperature 3 (ADI's JS competition),
@@ -47,7 +48,7 @@ class FedADIConfig:
     clamped to [0, 1] after each step. No authors' code exists: both presets are equal."""
 
     epochs: int = 200
-    g_steps: int = 30
+    steps_per_epoch: int = 30
     batch_size: int = 128
     kd_batch_size: int = 128
     pixel_lr: float = 0.1
@@ -72,7 +73,7 @@ class FedADIConfig:
 
     def __post_init__(self) -> None:
         check_preset(self.preset)
-        for name in ("g_steps", "batch_size", "kd_batch_size", "eval_every"):
+        for name in ("steps_per_epoch", "batch_size", "kd_batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FedADIConfig.{name} must be ≥ 1 (got {getattr(self, name)})")
         if self.epochs < 0 or self.jitter < 0:
@@ -125,7 +126,7 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
         student.eval().requires_grad_(False)
         best_loss = torch.full((), float("inf"), device=dev)
         best_x = None
-        for _ in range(cfg.g_steps):
+        for _ in range(cfg.steps_per_epoch):
             xj = prep(jitter_flip(x, cfg.jitter, cfg.flip, rng))
             with amp:
                 out = bank.forward(xj, bn=cfg.bn_weight > 0)

@@ -41,13 +41,13 @@ from .base import ServerContext, ServerResult
 @dataclass(frozen=True)
 class FedDAFLConfig:
     """Fed-DAFL. "All baseline methods use the same setting as ours" (DENSE §3.1.4): epochs
-    T = 200, ``iters_per_epoch`` = T_G = 30, batch 128, generator Adam 1e-3 (betas 0.5/0.999),
+    T = 200, ``steps_per_epoch`` = T_G = 30, batch 128, generator Adam 1e-3 (betas 0.5/0.999),
     student SGD 0.01 momentum 0.9, KD temperature 1 (DENSE Eq. 6). DAFL's own loss weights:
     ``act_weight`` α = 0.1, ``ie_weight`` β = 5, ``oh_weight`` 1. No authors' code exists, so
     ``preset="authors_code"`` equals the paper preset."""
 
     epochs: int = 200
-    iters_per_epoch: int = 30
+    steps_per_epoch: int = 30
     batch_size: int = 128
     nz: int = 256
     ngf: int = 64
@@ -70,7 +70,7 @@ class FedDAFLConfig:
 
     def __post_init__(self) -> None:
         check_preset(self.preset)
-        for name in ("iters_per_epoch", "batch_size", "nz", "ngf", "eval_every"):
+        for name in ("steps_per_epoch", "batch_size", "nz", "ngf", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FedDAFLConfig.{name} must be ≥ 1 (got {getattr(self, name)})")
         if self.epochs < 0:
@@ -115,7 +115,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     bar = tqdm(range(cfg.epochs), desc="Fed-DAFL", disable=not ctx.progress)
     for epoch in bar:
         ep_g, ep_kd = [], []
-        for _ in range(cfg.iters_per_epoch):
+        for _ in range(cfg.steps_per_epoch):
             z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
             with amp:
                 x = generator_forward(gen, z, cfg.fast_generator)
@@ -154,7 +154,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
         "curve_epochs": tracker.epochs_done,
         "g_loss": torch.stack(g_losses).tolist() if g_losses else [],
         "kd_loss": torch.stack(kd_losses).tolist() if kd_losses else [],
-        "kd_steps": cfg.epochs * cfg.iters_per_epoch,
+        "kd_steps": cfg.epochs * cfg.steps_per_epoch,
         "image_labels": labels,
     }
     return ServerResult(method=cfg.method_name, preset=cfg.preset, model=student,

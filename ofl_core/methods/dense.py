@@ -52,7 +52,7 @@ class DenseConfig:
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
-    Paper (§3.1.4, Alg. 1): T = ``epochs`` = 200, T_G = ``g_steps`` = 30, generator Adam
+    Paper (§3.1.4, Alg. 1): T = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, generator Adam
     ``g_lr`` 1e-3 with ``g_betas`` (0.5, 0.999) (betas: DENSE's code), λ1 = ``bn_weight`` = 1,
     λ2 = ``adv_weight`` = 0.5, student SGD ``kd_lr`` 0.01 momentum 0.9, ``batch_size`` b = 128
     (§3.1.4 "batch size b = 128"; Alg. 1 uses the same b for the synthetic batch), nz = 256.
@@ -87,7 +87,7 @@ class DenseConfig:
     """
 
     epochs: int = 200
-    g_steps: int = 30
+    steps_per_epoch: int = 30
     batch_size: int = 128
     kd_batch_size: int = 128
     nz: int = 256
@@ -122,7 +122,7 @@ class DenseConfig:
 
     def __post_init__(self) -> None:
         check_preset(self.preset)
-        for name in ("epochs", "g_steps", "batch_size", "kd_batch_size", "nz", "ngf",
+        for name in ("epochs", "steps_per_epoch", "batch_size", "kd_batch_size", "nz", "ngf",
                      "eval_every", "log_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < (0 if name == "epochs" else 1):
@@ -338,13 +338,13 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
         synth.freeze_student()
         best_loss = torch.full((), float("inf"), device=dev)
         best_x = None
-        for j in range(cfg.g_steps):
+        for j in range(cfg.steps_per_epoch):
             loss, parts, x = synth.step(z, y, opts)
             if pool is not None:
                 # the lowest-loss batch of the epoch (DENSE's code), kept without a host sync
                 best_x = x if best_x is None else torch.where(loss < best_loss, x, best_x)
                 best_loss = torch.minimum(best_loss, loss)
-            step = epoch * cfg.g_steps + j
+            step = epoch * cfg.steps_per_epoch + j
             if step % cfg.log_every == 0:
                 log["epoch"].append(epoch)
                 log["step"].append(step)
@@ -383,7 +383,7 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
         "pool_size": len(pool) if pool is not None else 0,
         "pool_batches": pool.num_batches if pool is not None else 0,
         "kd_steps": kd_steps,
-        "generator_steps": cfg.epochs * cfg.g_steps,
+        "generator_steps": cfg.epochs * cfg.steps_per_epoch,
         "teachers_batched": bank.batched,
         "channels_last": bank.channels_last,
         "amp": cfg.amp,

@@ -52,7 +52,7 @@ KD_DATA = ("intermediate", "fresh", "pool")
 class FedHydraConfig:
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
-    Paper values: T_g = ``epochs`` = 200, T_G = ``g_steps`` = 30, b = ``batch_size`` = 128,
+    Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
     generator Adam ``g_lr`` 1e-3, λ1 = ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5, global model
     SGD ``kd_lr`` 0.01. Stratification uses the same T_G, b and Adam (``strat_steps``,
     ``strat_batch_size``, ``strat_lr``).
@@ -82,7 +82,7 @@ class FedHydraConfig:
     """
 
     epochs: int = 200
-    g_steps: int = 30
+    steps_per_epoch: int = 30
     batch_size: int = 128
     kd_batch_size: int = 128
     nz: int = 256
@@ -116,7 +116,7 @@ class FedHydraConfig:
 
     def __post_init__(self) -> None:
         check_preset(self.preset)
-        for name in ("epochs", "g_steps", "batch_size", "kd_batch_size", "nz", "ngf",
+        for name in ("epochs", "steps_per_epoch", "batch_size", "kd_batch_size", "nz", "ngf",
                      "strat_steps", "strat_batch_size", "eval_every", "log_every"):
             v = getattr(self, name)
             lo = 0 if name == "epochs" else 1
@@ -253,7 +253,7 @@ def run_fedhydra(
         inter: list[tuple[torch.Tensor, torch.Tensor]] = []
         best_loss = torch.full((), float("inf"), device=dev)
         best_x = None
-        for t in range(cfg.g_steps):
+        for t in range(cfg.steps_per_epoch):
             with amp:
                 x = generator_forward(gen, z, cfg.fast_generator)
                 xa = to_input(x)
@@ -271,7 +271,7 @@ def run_fedhydra(
                 lower = loss.detach() < best_loss
                 best_x = x.detach() if best_x is None else torch.where(lower, x.detach(), best_x)
                 best_loss = torch.minimum(best_loss, loss.detach())
-            step = epoch * cfg.g_steps + t
+            step = epoch * cfg.steps_per_epoch + t
             if step % cfg.log_every == 0:
                 log["epoch"].append(epoch)
                 log["step"].append(step)
@@ -326,7 +326,7 @@ def run_fedhydra(
         "kd_data": cfg.kd_data,
         "loss_weights": {"ce": w_ce, "bn": w_bn, "ad": w_adv, "kd_ce": beta},
         "kd_steps": kd_steps,
-        "generator_steps": cfg.epochs * cfg.g_steps,
+        "generator_steps": cfg.epochs * cfg.steps_per_epoch,
         "strat_generator_steps": len(uploads) * C * cfg.strat_steps,
         "pool_size": len(pool) if pool is not None else 0,
         "teachers_batched": bank.batched,
