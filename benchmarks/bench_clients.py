@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from ofl_core.clients import LocalTrainConfig, train_clients, train_local
+from ofl_core.client_training import train_clients
+from ofl_core.clients import LocalTrainConfig, train_local
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.upload_cache import UploadCache

@@ -9,12 +9,10 @@ the content-addressed cache, :mod:`ofl_core.upload_cache`) every client of a par
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,9 +22,9 @@ from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
+from .models.cvae import CVAE_VARIANTS, build_decoder
 from .presets import check_preset
-from .seeds import client_seed, init_seed
-from .upload_cache import UploadCache, cache_lock, state_hash
+from .seeds import init_seed
 
 
 @dataclass(frozen=True)
@@ -107,37 +105,42 @@ class UploadError(ValueError):
     """A client upload the server cannot accept (unknown architecture, bad shapes, NaN/inf)."""
 
 
-def build_from_upload(upload: ClientUpload, device: str | torch.device = "cpu") -> nn.Module:
-    """Validate an upload and return its model (frozen: eval mode, no weight gradients)."""
-    model = validate_upload(upload)
+def build_from_upload(upload: ClientUpload, device: str | torch.device = "cpu",
+                      kind: str | None = "classifier") -> nn.Module:
+    """Validate an upload (:func:`validate_upload`) and return its model — a classifier, or a
+    FedCVAE decoder with ``kind="decoder"`` — frozen (eval mode, no weight gradients)."""
+    model = validate_upload(upload, kind)
     model.load_state_dict(upload.state_dict)
     model.eval().requires_grad_(False)
     return model.to(device)
 
 
-def validate_upload(upload: ClientUpload) -> nn.Module:
-    """Check an upload against its declared architecture; return an (unloaded) model of it.
+def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn.Module:
+    """The one upload validator: check an upload against its declared kind and architecture;
+    return an (unloaded) model of it.
 
-    Raises :class:`UploadError` naming the client and what is wrong: unknown architecture,
+    ``kind`` (``"classifier"`` or ``"decoder"``) is what the caller needs (a classifier by
+    default: every server but FedCVAE's); None accepts the upload's own. Raises
+    :class:`UploadError` naming the client and what is wrong: the wrong kind, an unknown
+    architecture or CVAE variant, a decoder's missing ``latent_dim`` or label counts,
     missing/unexpected parameters, shape mismatches, non-finite values.
     """
     who = f"client {upload.client_id}"
-    if upload.arch not in MODEL_NAMES:
-        raise UploadError(
-            f"{who}: unknown architecture {upload.arch!r}; known: {', '.join(MODEL_NAMES)}"
-        )
-    try:
-        model = build_model(upload.arch, upload.num_classes, upload.in_channels,
-                            upload.image_size, **upload.model_kwargs)
-    except ValueError as e:
-        raise UploadError(f"{who}: {e}") from None
-    expected = model.state_dict()
-    got = upload.state_dict
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
+    if kind is not None and upload.kind != kind:
+        raise UploadError(f"{who}: this server needs a {kind} upload (kind={kind!r}), got "
+                          f"kind={upload.kind!r}")
+    if upload.kind == "decoder":
+        model, what = _decoder_of(upload, who)
+    elif upload.kind == "classifier":
+        model, what = _classifier_of(upload, who), f"for {upload.arch!r}"
+    else:
+        raise UploadError(f"{who}: unknown upload kind {upload.kind!r}; "
+                          "expected 'classifier' or 'decoder'")
+    expected, got = model.state_dict(), upload.state_dict
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
     if missing or extra:
         raise UploadError(
-            f"{who}: state_dict does not match architecture {upload.arch!r}: "
+            f"{who}: state_dict does not match {upload.kind} {upload.arch!r}: "
             f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
             f"unexpected {extra[:5]}{'…' if len(extra) > 5 else ''}"
         )
@@ -146,12 +149,50 @@ def validate_upload(upload: ClientUpload) -> nn.Module:
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(v.shape):
             shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise UploadError(
-                f"{who}: parameter {k!r} has shape {shape}, expected {tuple(v.shape)} "
-                f"for {upload.arch!r}"
+                f"{who}: parameter {k!r} has shape {shape}, expected {tuple(v.shape)} {what}"
             )
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
     return model
+
+
+def _classifier_of(upload: ClientUpload, who: str) -> nn.Module:
+    if upload.arch not in MODEL_NAMES:
+        raise UploadError(
+            f"{who}: unknown architecture {upload.arch!r}; known: {', '.join(MODEL_NAMES)}"
+        )
+    try:
+        return build_model(upload.arch, upload.num_classes, upload.in_channels,
+                           upload.image_size, **upload.model_kwargs)
+    except ValueError as e:
+        raise UploadError(f"{who}: {e}") from None
+
+
+def _decoder_of(upload: ClientUpload, who: str) -> tuple[nn.Module, str]:
+    """A FedCVAE decoder upload's header checks (variant, latent size, label counts)."""
+    if upload.arch not in CVAE_VARIANTS:
+        raise UploadError(f"{who}: unknown CVAE variant {upload.arch!r}; known: "
+                          f"{', '.join(CVAE_VARIANTS)}")
+    d = upload.model_kwargs.get("latent_dim")
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
+                          f"(got {d!r})")
+    extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
+    if extra_kw:
+        raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
+    counts = upload.label_counts
+    if counts is None or len(counts) != upload.num_classes:
+        raise UploadError(f"{who}: label_counts must give one count per class "
+                          f"({upload.num_classes}), got {counts!r}")
+    c = np.asarray(counts, dtype=np.float64)
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
+    try:
+        dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
+                            upload.image_size, d)
+    except ValueError as e:
+        raise UploadError(f"{who}: {e}") from None
+    return dec, f"for {upload.arch!r} with latent_dim={d}"
 
 
 def ldam_loss(
@@ -252,100 +293,3 @@ def train_key_payload(
         "init": init_state_hash,
         "init_scheme": "shared-per-arch",
     }
-
-
-def _train_job(args: tuple) -> dict[str, torch.Tensor]:
-    x, y, cfg, num_classes, seed, threads, desc, init_from = args
-    torch.set_num_threads(threads)
-    return train_local(x, y, cfg, num_classes, seed, "cpu", progress=False, desc=desc,
-                       init_from=init_from)
-
-
-def resolve_workers(workers: int | str, device: str | torch.device, jobs: int,
-                    work: int) -> int:
-    """How many worker processes to train clients in.
-
-    ``"auto"``: on a multi-core CPU, one process per core when the total work (samples ×
-    epochs) is large enough to repay process start-up (about 3 s each); else 1.
-    """
-    if workers == "auto":
-        cpus = os.cpu_count() or 1
-        if torch.device(device).type != "cpu" or cpus < 2 or jobs < 2 or work < 300_000:
-            return 1
-        return min(cpus, jobs)
-    w = int(workers)
-    if w < 1:
-        raise ValueError(f"workers must be ≥ 1 or 'auto' (got {workers!r})")
-    return min(w, max(jobs, 1))
-
-
-def train_clients(
-    dataset: ImageDataset,
-    partition: Partition,
-    cfg: LocalTrainConfig | Sequence[LocalTrainConfig],
-    seed: int,
-    cache: UploadCache | None = None,
-    device: str | torch.device = "cpu",
-    workers: int | str = "auto",
-    progress: bool = True,
-    init_state: dict[str, torch.Tensor] | None = None,
-) -> list[ClientUpload]:
-    """Train every client of ``partition`` (or load it from ``cache``) and return the uploads.
-
-    ``cfg`` is one config for all clients or one per client (heterogeneous architectures).
-    Finished clients are written to the cache one by one, so an interrupted run loses at most the
-    client in progress. ``init_state`` (multi-round FL) starts every client from that model.
-    """
-    m = partition.num_clients
-    cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
-    if len(cfgs) != m:
-        raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
-    init_hash = state_hash(init_state) if init_state is not None else None
-    keys = [train_key_payload(dataset, partition, k, c, seed, init_hash)
-            for k, c in enumerate(cfgs)]
-    with cache_lock(cache, keys):  # concurrent tasks train shared clients once
-        states: dict[int, dict[str, torch.Tensor]] = {}
-        if cache is not None:
-            for k in range(m):
-                got = cache.get(keys[k])
-                if got is not None:
-                    states[k] = got
-        todo = [k for k in range(m) if k not in states]
-        data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
-                    dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
-        work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
-        n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
-        bar = tqdm(total=m, initial=m - len(todo), desc="clients", disable=not progress)
-        seeds = {k: client_seed(seed, k) for k in range(m)}
-
-        def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
-            states[k] = sd
-            if cache is not None:
-                cache.put(keys[k], sd)
-            bar.update(1)
-
-        if n_workers > 1:
-            import multiprocessing as mp
-
-            threads = max(1, torch.get_num_threads() // n_workers)
-            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-                futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
-                                                  threads, f"client {k}", seed)) for k in todo}
-                for k, fut in futs.items():
-                    finish(k, fut.result())
-        else:
-            for k in todo:
-                finish(k, train_local(*data[k], cfgs[k], dataset.num_classes, seeds[k], device,
-                                      init_state=init_state, progress=progress,
-                                      desc=f"client {k}", init_from=seed))
-        bar.close()
-    return [
-        ClientUpload(
-            client_id=k, arch=cfgs[k].arch, state_dict=states[k],
-            num_classes=dataset.num_classes, in_channels=dataset.channels,
-            image_size=dataset.image_size, num_samples=int(partition.sizes[k]),
-            model_kwargs=dict(cfgs[k].model_kwargs),
-        )
-        for k in range(m)
-    ]
-

@@ -1,9 +1,15 @@
-"""Batched evaluation on uint8 test tensors: logits, accuracy, per-class accuracy."""
+"""Batched evaluation on uint8 test tensors: logits, accuracy, per-class accuracy, and the
+clients' and their ensemble's accuracies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+
+from .clients import ClientUpload, build_from_upload
+from .data.datasets import ImageDataset
 
 
 @torch.no_grad()
@@ -41,3 +47,15 @@ def per_class_accuracy(
     correct = torch.bincount(y[pred == y], minlength=num_classes).float()
     total = torch.bincount(y, minlength=num_classes).float()
     return torch.where(total > 0, correct / total.clamp(min=1) * 100.0, float("nan"))
+
+
+def client_accuracies(uploads: Sequence[ClientUpload], dataset: ImageDataset,
+                      device: str | torch.device = "cpu") -> tuple[list[float], float]:
+    """Each classifier client's test accuracy and the mean-logit ensemble's (DENSE Eq. 1),
+    from one pass of every client over the test set."""
+    y = dataset.y_test.cpu()
+    logits = [predict_logits(build_from_upload(u, device), dataset.x_test, device=device)
+              for u in uploads]
+    accs = [float((lg.argmax(1) == y).float().mean() * 100.0) for lg in logits]
+    ens = torch.stack(logits).mean(0).argmax(1)
+    return accs, float((ens == y).float().mean() * 100.0)

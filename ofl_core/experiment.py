@@ -1,7 +1,11 @@
-"""The only orchestration: data → partition → clients (cached) → server methods → records.
+"""One experiment: data → partition → clients (cached) → server methods → records.
 
 Every method of an experiment sees the same partition and the same trained client uploads
 (cached by a hash of everything that determines them), so a table's columns are comparable.
+:func:`setup_experiment` is the one set-up for every client kind (classifiers, FedCVAE
+decoders); :meth:`Setup.record` the one place a result becomes a
+:class:`~ofl_core.results.ResultRecord`. Paper tables are declared on top of this in
+:mod:`ofl_core.tables`.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from typing import Any
 import torch
 
 from . import __version__
-from .clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from .client_training import train_clients
+from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
-from .ensemble import Ensemble
-from .evaluate import accuracy
-from .methods import ServerContext, ServerResult, run_method
+from .evaluate import accuracy, client_accuracies
+from .methods import METHODS, ServerContext, ServerResult, method_config, run_method
 from .results import ResultRecord
 from .upload_cache import UploadCache
 
@@ -44,9 +48,8 @@ class ExperimentConfig:
     papers' cells. ``resize`` rescales images once (FedCVAE uses 32 px for MNIST/FMNIST).
     ``archs``: one architecture per client (heterogeneous models; each client trains ``local``
     with its own ``arch``); None = every client uses ``local.arch``.
-    ``cvae``: a :class:`ofl_core.fedcvae_clients.CVAETrainConfig` (or one per client) makes the
-    clients FedCVAE clients that upload decoders + label counts instead of classifiers (then
-    ``local`` is unused and there are no client/ensemble accuracies: NaN).
+    FedCVAE's decoder clients are set up by passing their ``CVAETrainConfig`` to
+    :func:`setup_experiment` (``clients=``).
     """
 
     dataset: str = "fmnist_embedded"
@@ -59,7 +62,6 @@ class ExperimentConfig:
     resize: int | None = None
     local: LocalTrainConfig = field(default_factory=LocalTrainConfig)
     archs: tuple[str, ...] | None = None
-    cvae: Any = None
     data_root: str | None = None
     cache_dir: str | None = None
     device: str = "cpu"
@@ -110,14 +112,18 @@ class ExperimentConfig:
 
 @dataclass(eq=False)
 class Setup:
-    """What every method of an experiment shares: data, partition, uploads, client accuracies."""
+    """What every method of an experiment shares: data, partition, uploads, client accuracies.
+
+    ``client_accs`` / ``ensemble_acc``: each client's test accuracy and the mean-logit
+    ensemble's (DENSE Eq. 1); empty / None for decoder clients (FedCVAE), which have none.
+    """
 
     cfg: ExperimentConfig
     dataset: ImageDataset
     partition: Partition
     uploads: list[ClientUpload]
     client_accs: list[float]
-    ensemble_acc: float
+    ensemble_acc: float | None
     device: str
 
     def context(self, seed: int | None = None) -> ServerContext:
@@ -132,35 +138,80 @@ class Setup:
             evaluate=evaluate, progress=self.cfg.progress,
         )
 
+    def record(
+        self, method: str, config: Any, last_acc: float, best_acc: float, *,
+        wall_time_s: float = 0.0, setting: str | None = None, preset: str | None = None,
+        client_accs: Sequence[float] | None = None, ensemble_acc: float | None | str = "setup",
+        hash_extra: Mapping[str, Any] | None = None,
+    ) -> ResultRecord:
+        """The one place a result becomes a :class:`ResultRecord` of this experiment.
+
+        ``config`` is the method's (or client's) config, hashed with the experiment's into
+        ``config_hash`` (with ``hash_extra`` when one config gives several records). Client and
+        ensemble accuracies are the setup's unless given (multi-round: each round's own).
+        """
+        cfg = self.cfg
+        accs = list(self.client_accs if client_accs is None else client_accs)
+        ens = self.ensemble_acc if ensemble_acc == "setup" else ensemble_acc
+        chash = config_hash(cfg, config)
+        if hash_extra is not None:
+            blob = json.dumps({"exp": chash, **hash_extra}, sort_keys=True)
+            chash = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return ResultRecord(
+            experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
+            dataset=self.dataset.paper_dataset, partition=paper_partition(cfg),
+            alpha=cfg.alpha if cfg.partition.startswith("dirichlet") else None,
+            num_clients=cfg.num_clients, seed=cfg.seed, method=method,
+            preset=getattr(config, "preset", "paper") if preset is None else preset,
+            last_acc=round(float(last_acc), 4), best_acc=round(float(best_acc), 4),
+            ensemble_acc=None if ens is None else round(float(ens), 4),  # type: ignore[arg-type]
+            wall_time_s=round(wall_time_s, 3), config_hash=chash, version=__version__,
+            setting=cfg.setting if setting is None else setting,
+            data_source=self.dataset.name,
+            best_client_acc=round(max(accs), 4) if accs else None,
+            mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
+        )
+
 
 def load_experiment_data(cfg: ExperimentConfig) -> ImageDataset:
     return load_dataset(cfg.dataset, cfg.data_root, resize=cfg.resize)
 
 
-def setup_experiment(cfg: ExperimentConfig, dataset: ImageDataset | None = None) -> Setup:
-    """Load data, partition it and train (or load from cache) every client."""
+def setup_experiment(
+    cfg: ExperimentConfig, clients: Any = None, *, partition_seed: int | None = None,
+    dataset: ImageDataset | None = None,
+) -> Setup:
+    """Load data, partition it and train (or load from cache) every client.
+
+    ``clients``: the client training — a :class:`~ofl_core.clients.LocalTrainConfig` or a
+    FedCVAE ``CVAETrainConfig``, or one per client; None = ``cfg.client_configs()``.
+    ``cfg.seed`` seeds client training and the server; the partition uses ``partition_seed``
+    when given (FedCVAE Tables 1/2 vary the initialisation seed on one partition), else
+    ``cfg.seed``. Decoder clients have no test accuracy (``client_accs=[]``,
+    ``ensemble_acc=None``).
+    """
     device = resolve_device(cfg.device)
     ds = dataset if dataset is not None else load_experiment_data(cfg)
     part = make_partition(
-        ds.y_train.numpy(), cfg.num_clients, cfg.partition, alpha=cfg.alpha, seed=cfg.seed,
+        ds.y_train.numpy(), cfg.num_clients, cfg.partition, alpha=cfg.alpha,
+        seed=cfg.seed if partition_seed is None else partition_seed,
         classes_per_client=cfg.classes_per_client, subset=cfg.subset,
         num_classes=ds.num_classes,
     )
-    cache = UploadCache(cfg.cache_dir)
-    if cfg.cvae is not None:
-        from .fedcvae_clients import train_cvae_clients
+    clients = cfg.client_configs() if clients is None else clients
+    uploads = train_clients(ds, part, clients, cfg.seed, cache=UploadCache(cfg.cache_dir),
+                            device=device, workers=cfg.workers, progress=cfg.progress)
+    accs: list[float] = []
+    ens: float | None = None
+    if uploads[0].kind == "classifier":
+        accs, ens = client_accuracies(uploads, ds, device)
+    return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=accs,
+                 ensemble_acc=ens, device=device)
 
-        uploads = train_cvae_clients(ds, part, cfg.cvae, cfg.seed, cache=cache, device=device,
-                                     workers=cfg.workers, progress=cfg.progress)
-        return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=[],
-                     ensemble_acc=float("nan"), device=device)
-    uploads = train_clients(ds, part, cfg.client_configs(), cfg.seed, cache=cache, device=device,
-                            workers=cfg.workers, progress=cfg.progress)
-    models = [build_from_upload(u, device) for u in uploads]
-    client_accs = [accuracy(mdl, ds.x_test, ds.y_test, device=device) for mdl in models]
-    ens_acc = accuracy(Ensemble(models), ds.x_test, ds.y_test, device=device)
-    return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=client_accs,
-                 ensemble_acc=ens_acc, device=device)
+
+def method_key(name: str, config: Any, names: Sequence[str]) -> str:
+    """``name``, or ``"<name>/<preset>"`` when the name repeats in ``names``."""
+    return name if list(names).count(name) == 1 else f"{name}/{getattr(config, 'preset', '')}"
 
 
 def run_methods(
@@ -168,9 +219,8 @@ def run_methods(
 ) -> tuple[list[ResultRecord], dict[str, ServerResult]]:
     """Run each server method (name → config, or (name, config) pairs to run one method under
     several configs) on the shared uploads; return the records and the results keyed by
-    ``"<name>"`` (or ``"<name>/<preset>"`` when a name repeats)."""
+    :func:`method_key`."""
     records, results = [], {}
-    cfg = setup.cfg
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
     names = [n for n, _ in pairs]
     for name, mcfg in pairs:
@@ -182,22 +232,9 @@ def run_methods(
             res.last_acc = ctx.evaluate(res.model)
         if res.best_acc is None:
             res.best_acc = max([res.last_acc, *res.curve])
-        key = name if names.count(name) == 1 else f"{name}/{getattr(mcfg, 'preset', '')}"
-        results[key] = res
-        records.append(ResultRecord(
-            experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
-            dataset=setup.dataset.paper_dataset, partition=_paper_partition(cfg),
-            alpha=cfg.alpha if cfg.partition.startswith("dirichlet") else None,
-            num_clients=cfg.num_clients, seed=cfg.seed, method=res.method,
-            preset=getattr(mcfg, "preset", "paper"),
-            last_acc=round(float(res.last_acc), 4), best_acc=round(float(res.best_acc), 4),
-            ensemble_acc=round(setup.ensemble_acc, 4), wall_time_s=round(wall, 3),
-            config_hash=_config_hash(cfg, mcfg), version=__version__, setting=cfg.setting,
-            data_source=setup.dataset.name,
-            best_client_acc=round(max(setup.client_accs), 4) if setup.client_accs else None,
-            mean_client_acc=(round(sum(setup.client_accs) / len(setup.client_accs), 4)
-                             if setup.client_accs else None),
-        ))
+        results[method_key(name, mcfg, names)] = res
+        records.append(setup.record(res.method, mcfg, res.last_acc, res.best_acc,
+                                    wall_time_s=wall))
     return records, results
 
 
@@ -210,13 +247,15 @@ def run_experiment(
     return records, results, setup
 
 
-def _paper_partition(cfg: ExperimentConfig) -> str:
+def paper_partition(cfg: ExperimentConfig) -> str:
+    """The partition as the papers' tables name it: ``dirichlet``, ``2c/c``, ``iid``."""
     if cfg.partition == "classes_per_client":
         return f"{cfg.classes_per_client}c/c"
     return "dirichlet" if cfg.partition.startswith("dirichlet") else cfg.partition
 
 
-def _config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
+def config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
+    """A short hash of an experiment and one method's (or client's) config."""
     blob = json.dumps({"exp": cfg.hash(), "method": dataclasses.asdict(mcfg)}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -230,21 +269,27 @@ def configure_methods(
 ) -> list[tuple[str, Any]]:
     """(name, config) pairs for every method × preset, as notebooks take them from parameters.
 
-    ``common`` fields (e.g. ``{"epochs": 20}`` for a quick server) are applied to every config
-    that has such a field; ``overrides[name]`` fields to that method only (unknown fields there
-    are an error, naming the method's fields).
+    ``common`` fields (e.g. ``{"epochs": 20}`` for a quick server; ``None`` values mean "each
+    method's own value") are applied to every config that has such a field; a ``common`` key
+    that none of the selected methods has is an error naming the methods and their fields.
+    ``overrides[name]`` fields apply to that method only (unknown fields there are an error).
     """
-    from .methods import method_config
-
+    unknown = sorted(set(names) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
+    common = {k: v for k, v in (common or {}).items() if v is not None}
     out = []
+    known: set[str] = set()
     for name in names:
         for preset in presets:
             cfg = method_config(name, preset)
             fields = {f.name for f in dataclasses.fields(cfg)}
-            upd = {k: v for k, v in (common or {}).items() if k in fields}
-            cfg = dataclasses.replace(cfg, **upd) if upd else cfg
-            own = dict((overrides or {}).get(name, {}))
-            if own:
-                cfg = method_config(name, preset, **{**upd, **own})
+            known |= fields
+            upd = {k: v for k, v in common.items() if k in fields}
+            cfg = method_config(name, preset, **{**upd, **(overrides or {}).get(name, {})})
             out.append((name, cfg))
+    stray = sorted(set(common) - known)
+    if stray and names:
+        raise ValueError(f"common setting(s) {stray} belong to none of the methods "
+                         f"{list(names)}; their fields: {sorted(known)}")
     return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
@@ -26,15 +25,14 @@ from tqdm.auto import tqdm
 from .clients import (
     ClientUpload,
     LocalTrainConfig,
-    UploadError,
-    resolve_workers,
+    build_from_upload,
+    validate_upload,
 )
 from .data.datasets import ImageDataset
 from .data.partition import Partition
-from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae, build_decoder
+from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae
 from .presets import check_preset
-from .seeds import client_seed, cvae_init_seed
-from .upload_cache import UploadCache, cache_lock
+from .seeds import client_seed
 
 
 @dataclass(frozen=True)
@@ -296,138 +294,13 @@ def make_decoder_upload(
     )
 
 
-def _train_job(args: tuple) -> tuple[dict[str, torch.Tensor], list[float]]:
-    x, y, cfg, num_classes, seed, init_seed, threads = args
-    torch.set_num_threads(threads)
-    return train_cvae(x, y, cfg, num_classes, seed, init_seed, "cpu", progress=False)
-
-
-def train_cvae_clients(
-    dataset: ImageDataset,
-    partition: Partition,
-    cfg: CVAETrainConfig | Sequence[CVAETrainConfig],
-    seed: int,
-    cache: UploadCache | None = None,
-    device: str | torch.device = "cpu",
-    workers: int | str = "auto",
-    progress: bool = True,
-) -> list[ClientUpload]:
-    """Train every client's CVAE (or load its decoder from ``cache``); return decoder uploads.
-
-    ``cfg`` is one config or one per client (heterogeneous CVAEs, Fig. 4). Clients are
-    independent: with several CPU cores they train in worker processes (``workers``, as in
-    :func:`ofl_core.clients.train_clients`). Each finished decoder is cached at once.
-    """
-    m = partition.num_clients
-    cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
-    if len(cfgs) != m:
-        raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
-    if dataset.image_size % 16:
-        raise ValueError(
-            f"FedCVAE's CVAE needs 32-px images but {dataset.name!r} is {dataset.image_size} px; "
-            "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
-        )
-    keys = [cvae_key_payload(dataset, partition, k, c, seed) for k, c in enumerate(cfgs)]
-    with cache_lock(cache, keys):  # concurrent tasks train shared clients once
-        states: dict[int, dict[str, torch.Tensor]] = {}
-        if cache is not None:
-            for k in range(m):
-                got = cache.get(keys[k])
-                if got is not None:
-                    states[k] = got
-        todo = [k for k in range(m) if k not in states]
-        data = {k: (dataset.x_train[torch.as_tensor(partition.client_indices[k])],
-                    dataset.y_train[torch.as_tensor(partition.client_indices[k])]) for k in todo}
-        work = sum(len(data[k][1]) * cfgs[k].epochs for k in todo)
-        n_workers = resolve_workers(workers, device, len(todo), work)
-        seeds = {k: client_seed(seed, k) for k in range(m)}
-        inits = {k: cvae_init_seed(seed, k, cfgs[k]) for k in range(m)}
-        bar = tqdm(total=m, initial=m - len(todo), desc="CVAE clients", disable=not progress)
-
-        def finish(k: int, sd: dict[str, torch.Tensor]) -> None:
-            states[k] = sd
-            if cache is not None:
-                cache.put(keys[k], sd)
-            bar.update(1)
-
-        if n_workers > 1:
-            import multiprocessing as mp
-
-            threads = max(1, torch.get_num_threads() // n_workers)
-            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-                futs = {k: ex.submit(_train_job, (*data[k], cfgs[k], dataset.num_classes, seeds[k],
-                                                  inits[k], threads)) for k in todo}
-                for k, fut in futs.items():
-                    finish(k, fut.result()[0])
-        else:
-            for k in todo:
-                sd, _ = train_cvae(*data[k], cfgs[k], dataset.num_classes, seeds[k], inits[k],
-                                   device, progress=progress, desc=f"CVAE client {k}")
-                finish(k, sd)
-        bar.close()
-    return [
-        make_decoder_upload(k, states[k], partition.counts[k], cfgs[k], dataset.num_classes,
-                            dataset.channels, dataset.image_size, seed)
-        for k in range(m)
-    ]
-
-
 def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
-    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant.
-
-    Raises :class:`~ofl_core.clients.UploadError` naming the client and the problem: not a
-    decoder upload, unknown variant, missing/invalid ``latent_dim``, missing or invalid label
-    counts, state_dict keys/shapes that do not match the variant, NaN/inf values.
-    """
-    who = f"client {upload.client_id}"
-    if upload.kind != "decoder":
-        raise UploadError(f"{who}: FedCVAE needs a decoder upload (kind='decoder'), got "
-                          f"kind={upload.kind!r}")
-    if upload.arch not in CVAE_VARIANTS:
-        raise UploadError(f"{who}: unknown CVAE variant {upload.arch!r}; known: "
-                          f"{', '.join(CVAE_VARIANTS)}")
-    d = upload.model_kwargs.get("latent_dim")
-    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
-                          f"(got {d!r})")
-    extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
-    if extra_kw:
-        raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
-    counts = upload.label_counts
-    if counts is None or len(counts) != upload.num_classes:
-        raise UploadError(f"{who}: label_counts must give one count per class "
-                          f"({upload.num_classes}), got {counts!r}")
-    c = np.asarray(counts, dtype=np.float64)
-    if not np.all(np.isfinite(c)) or np.any(c < 0):
-        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
-    try:
-        dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
-                            upload.image_size, d)
-    except ValueError as e:
-        raise UploadError(f"{who}: {e}") from None
-    expected, got = dec.state_dict(), upload.state_dict
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-    if missing or extra:
-        raise UploadError(
-            f"{who}: state_dict does not match decoder variant {upload.arch!r}: "
-            f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
-            f"unexpected {extra[:5]}{'…' if len(extra) > 5 else ''}"
-        )
-    for k, v in expected.items():
-        t = got[k]
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(v.shape):
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise UploadError(f"{who}: parameter {k!r} has shape {shape}, expected "
-                              f"{tuple(v.shape)} for {upload.arch!r} with latent_dim={d}")
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
-    return dec
+    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant
+    (:func:`ofl_core.clients.validate_upload` with ``kind="decoder"``)."""
+    return validate_upload(upload, "decoder")  # type: ignore[return-value]
 
 
 def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"
                         ) -> CVAEDecoder:
     """Validate a decoder upload and return the decoder, frozen (eval mode, no gradients)."""
-    dec = validate_decoder_upload(upload)
-    dec.load_state_dict(upload.state_dict)
-    dec.eval().requires_grad_(False)
-    return dec.to(device)
+    return build_from_upload(upload, device, "decoder")  # type: ignore[return-value]

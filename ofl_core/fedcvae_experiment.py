@@ -7,11 +7,10 @@ gives the notebooks one call per FedCVAE experiment, still through
 
 - :func:`fedcvae_data_settings`: the image size and training subset FedCVAE uses per dataset
   (MNIST/FMNIST resized to 32 px and a seeded 50 % subset; SVHN at 100 %).
-- :func:`setup_fedcvae_experiment`: a :class:`~ofl_core.experiment.Setup` whose uploads are
-  decoders (``CVAETrainConfig``) or FedCVAE's McMahan-CNN baseline classifiers
-  (``LocalTrainConfig``), optionally with the partition drawn from its own seed
-  (``partition_seed``: FedCVAE Tables 1/2 vary the initialisation seed on one partition, Table 5
-  varies the partition).
+- :func:`client_config`: the client training each FedCVAE-table method needs (decoders for
+  FedCVAE-Ens/-KD, McMahan CNNs for its FedAvg/FedOneShot), given to
+  :func:`~ofl_core.experiment.setup_experiment` as ``clients=`` (with ``partition_seed``:
+  FedCVAE Tables 1/2 vary the initialisation seed on one partition, Table 5 the partition).
 - :func:`run_fedcvae_experiment`: FedCVAE-Ens/-KD (decoder clients) and FedCVAE's FedAvg /
   FedOneShot baselines (classifier clients) on one partition; methods that need the same
   client training share one set of clients.
@@ -26,35 +25,26 @@ client accuracy (``None``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-from . import __version__
-from .clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset
-from .data.partition import Partition, make_partition
-from .ensemble import Ensemble
-from .evaluate import accuracy
 from .experiment import (
     ExperimentConfig,
     Setup,
-    _config_hash,
-    _paper_partition,
     load_experiment_data,
-    resolve_device,
+    method_key,
     run_methods,
+    setup_experiment,
 )
 from .fedcvae_clients import (
     CVAETrainConfig,
     baseline_local_config,
     decoder_from_upload,
-    train_cvae_clients,
 )
 from .methods.base import ServerResult
 from .methods.fedcvae import (
@@ -65,7 +55,6 @@ from .methods.fedcvae import (
 )
 from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
 from .results import ResultRecord
-from .upload_cache import UploadCache
 
 __all__ = [
     "DECODER_METHODS",
@@ -77,7 +66,6 @@ __all__ = [
     "run_fedcvae_experiment",
     "run_security",
     "server_decoder",
-    "setup_fedcvae_experiment",
 ]
 
 #: FedCVAE methods whose clients upload decoders, with the CVAE they train (Table 4's d differs
@@ -128,53 +116,6 @@ def client_config(method: str, dataset: str, preset: str = "paper",
                      f"{', '.join([*DECODER_METHODS, *BASELINE_METHODS])}")
 
 
-def _partition(cfg: ExperimentConfig, ds: ImageDataset, partition_seed: int | None) -> Partition:
-    return make_partition(
-        ds.y_train.numpy(), cfg.num_clients, cfg.partition, alpha=cfg.alpha,
-        seed=cfg.seed if partition_seed is None else partition_seed,
-        classes_per_client=cfg.classes_per_client, subset=cfg.subset, num_classes=ds.num_classes,
-    )
-
-
-def setup_fedcvae_experiment(
-    cfg: ExperimentConfig, clients: ClientConfig | Sequence[CVAETrainConfig], *,
-    partition_seed: int | None = None, dataset: ImageDataset | None = None,
-) -> Setup:
-    """Load data, partition it and train (or load from cache) every client of a FedCVAE table.
-
-    ``clients``: a :class:`CVAETrainConfig` (or one per client: heterogeneous CVAEs) gives
-    decoder uploads; the setup's client and ensemble accuracies are NaN (no classifiers). A
-    :class:`LocalTrainConfig` gives classifier uploads exactly as
-    :func:`~ofl_core.experiment.setup_experiment` does. ``cfg.seed`` seeds client training and
-    the server; the partition uses ``partition_seed`` when given, else ``cfg.seed``.
-    """
-    device = resolve_device(cfg.device)
-    ds = dataset if dataset is not None else load_experiment_data(cfg)
-    part = _partition(cfg, ds, partition_seed)
-    cache = UploadCache(cfg.cache_dir)
-    if isinstance(clients, LocalTrainConfig):
-        uploads = train_clients(ds, part, clients, cfg.seed, cache=cache, device=device,
-                                workers=cfg.workers, progress=cfg.progress)
-        models = [build_from_upload(u, device) for u in uploads]
-        client_accs = [accuracy(mdl, ds.x_test, ds.y_test, device=device) for mdl in models]
-        ens_acc = accuracy(Ensemble(models), ds.x_test, ds.y_test, device=device)
-    else:
-        uploads = train_cvae_clients(ds, part, clients, cfg.seed, cache=cache, device=device,
-                                     workers=cfg.workers, progress=cfg.progress)
-        client_accs, ens_acc = [math.nan], math.nan
-    return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=client_accs,
-                 ensemble_acc=ens_acc, device=device)
-
-
-def _nan_to_none(rec: ResultRecord) -> ResultRecord:
-    def fix(v: float | None) -> float | None:
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-    return dataclasses.replace(rec, ensemble_acc=fix(rec.ensemble_acc),  # type: ignore[arg-type]
-                               best_client_acc=fix(rec.best_client_acc),
-                               mean_client_acc=fix(rec.mean_client_acc))
-
-
 def run_fedcvae_experiment(
     cfg: ExperimentConfig, methods: Mapping[str, Any] | Sequence[tuple[str, Any]], *,
     cvae: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
@@ -190,8 +131,7 @@ def run_fedcvae_experiment(
     ``ensemble_acc = None`` (no client classifiers to ensemble).
     """
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
-    names = [n for n, _ in pairs]
-    keys = [n if names.count(n) == 1 else f"{n}/{getattr(c, 'preset', '')}" for n, c in pairs]
+    keys = [method_key(n, c, [m for m, _ in pairs]) for n, c in pairs]
     ds = dataset if dataset is not None else load_experiment_data(cfg)
     groups: dict[ClientConfig, list[int]] = {}
     for i, (name, mcfg) in enumerate(pairs):
@@ -199,10 +139,10 @@ def run_fedcvae_experiment(
         groups.setdefault(ccfg, []).append(i)
     by_index: dict[int, tuple[ResultRecord, ServerResult, Setup]] = {}
     for ccfg, idx in groups.items():
-        setup = setup_fedcvae_experiment(cfg, ccfg, partition_seed=partition_seed, dataset=ds)
+        setup = setup_experiment(cfg, ccfg, partition_seed=partition_seed, dataset=ds)
         recs, res = run_methods(setup, [pairs[i] for i in idx])
         for i, rec, r in zip(idx, recs, res.values(), strict=True):
-            by_index[i] = (_nan_to_none(rec), r, setup)
+            by_index[i] = (rec, r, setup)
     order = range(len(pairs))
     return ([by_index[i][0] for i in order], {keys[i]: by_index[i][1] for i in order},
             {keys[i]: by_index[i][2] for i in order})
@@ -224,22 +164,13 @@ def run_security(
     t0 = time.perf_counter()
     res = security_experiment(setup.uploads, mu, bounds, ctx=setup.context(), cfg=ens)
     wall = (time.perf_counter() - t0) / (1 + len(bounds))
-    c = setup.cfg
     mu_key = None if mu is None else [round(float(v), 6) for v in mu]
 
     def rec(method: str, acc: float, best: float, setting: str) -> ResultRecord:
-        blob = json.dumps({"exp": _config_hash(c, ens), "mu": mu_key, "setting": setting,
-                           "method": method}, sort_keys=True)
-        return ResultRecord(
-            experiment=c.experiment, paper="fedcvae", table=table,
-            dataset=setup.dataset.paper_dataset, partition=_paper_partition(c),
-            alpha=c.alpha if c.partition.startswith("dirichlet") else None,
-            num_clients=c.num_clients, seed=c.seed, method=method, preset=preset,
-            last_acc=round(float(acc), 4), best_acc=round(float(best), 4),
-            ensemble_acc=None, wall_time_s=round(wall, 3),  # type: ignore[arg-type]
-            config_hash=hashlib.sha256(blob.encode()).hexdigest()[:12], version=__version__,
-            setting=setting, data_source=setup.dataset.name,
-        )
+        return dataclasses.replace(setup.record(
+            method, ens, acc, best, wall_time_s=wall, setting=setting, preset=preset,
+            hash_extra={"mu": mu_key, "setting": setting, "method": method}),
+            paper="fedcvae", table=table)
 
     server = res.server
     best = server.best_acc if server is not None and server.best_acc is not None else None

@@ -9,7 +9,6 @@ papers' and turns a setup's client accuracies into :class:`~ofl_core.results.Res
 
 from __future__ import annotations
 
-from . import __version__
 from .results import ResultRecord
 
 #: our architecture name → the name in paper_results.csv (``local-<name>`` rows)
@@ -47,28 +46,11 @@ def client_records(setup, setting: str | None = None) -> list[ResultRecord]:
     of the same experiment; ``setting`` replaces the experiment's setting (the tables' local
     rows use ``models=heterogeneous`` without ``server=``). Two clients of one architecture
     give two rows of the same method (tables then show their mean)."""
-    from .experiment import _config_hash, _paper_partition
-
-    cfg = setup.cfg
-    locals_ = cfg.client_configs()
+    locals_ = setup.cfg.client_configs()
     if not isinstance(locals_, list):
         locals_ = [locals_] * len(setup.uploads)
-    out = []
-    for up, acc, lcfg in zip(setup.uploads, setup.client_accs, locals_, strict=True):
-        out.append(ResultRecord(
-            experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
-            dataset=setup.dataset.paper_dataset, partition=_paper_partition(cfg),
-            alpha=cfg.alpha if cfg.partition.startswith("dirichlet") else None,
-            num_clients=cfg.num_clients, seed=cfg.seed, method=local_method_name(up.arch),
-            preset=lcfg.preset, last_acc=round(float(acc), 4), best_acc=round(float(acc), 4),
-            ensemble_acc=round(setup.ensemble_acc, 4), wall_time_s=0.0,
-            config_hash=_config_hash(cfg, lcfg), version=__version__,
-            setting=cfg.setting if setting is None else setting,
-            data_source=setup.dataset.name,
-            best_client_acc=round(max(setup.client_accs), 4),
-            mean_client_acc=round(sum(setup.client_accs) / len(setup.client_accs), 4),
-        ))
-    return out
+    return [setup.record(local_method_name(up.arch), lcfg, acc, acc, setting=setting)
+            for up, acc, lcfg in zip(setup.uploads, setup.client_accs, locals_, strict=True)]
 
 
 __all__ = ["PAPER_ARCH_NAMES", "client_records", "heterogeneous_settings", "local_method_name",

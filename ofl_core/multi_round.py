@@ -24,11 +24,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import __version__
-from .clients import ClientUpload, LocalTrainConfig, build_from_upload, init_model, train_clients
+from .client_training import train_clients
+from .clients import ClientUpload, LocalTrainConfig, init_model
 from .data.datasets import ImageDataset
 from .data.partition import Partition
-from .evaluate import accuracy, predict_logits
+from .evaluate import accuracy, client_accuracies
 from .methods import ServerContext, ServerResult, run_method
 from .results import ResultRecord
 from .seeds import derive_seed
@@ -167,13 +167,8 @@ def run_rounds(
                                     init_state=global_state)
         if r == 1 and first_uploads is not None and first_accuracies is not None:
             client_accs, ens_acc = list(first_accuracies[0]), float(first_accuracies[1])
-        else:  # one pass per client; the mean-logit ensemble (DENSE Eq. 1) from those logits
-            y = dataset.y_test.cpu()
-            logits = [predict_logits(build_from_upload(u, device), dataset.x_test,
-                                     device=device) for u in uploads]
-            client_accs = [float((lg.argmax(1) == y).float().mean() * 100.0) for lg in logits]
-            ens = torch.stack(logits).mean(0).argmax(1)
-            ens_acc = float((ens == y).float().mean() * 100.0)
+        else:
+            client_accs, ens_acc = client_accuracies(uploads, dataset, device)
         ctx = ServerContext(num_classes=dataset.num_classes, in_channels=dataset.channels,
                             image_size=dataset.image_size, seed=derive_seed(seed, "round", r),
                             device=device, evaluate=evaluate, progress=progress)
@@ -208,8 +203,6 @@ def run_multi_round_methods(
     ``"rounds={round}"``), and the :class:`MultiRoundResult` per method name (``name/preset``
     when a name repeats).
     """
-    from .experiment import _config_hash, _paper_partition
-
     cfg = setup.cfg
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
     names = [n for n, _ in pairs]
@@ -227,21 +220,10 @@ def run_multi_round_methods(
         key = name if names.count(name) == 1 else f"{name}/{getattr(mcfg, 'preset', '')}"
         results[key] = res
         for rr, sres in zip(res.rounds, res.results, strict=True):
-            accs = rr.client_accs
-            records.append(ResultRecord(
-                experiment=cfg.experiment, paper=cfg.paper, table=cfg.table,
-                dataset=setup.dataset.paper_dataset, partition=_paper_partition(cfg),
-                alpha=cfg.alpha if cfg.partition.startswith("dirichlet") else None,
-                num_clients=cfg.num_clients, seed=cfg.seed, method=sres.method,
-                preset=getattr(mcfg, "preset", "paper"),
-                last_acc=round(rr.last_acc, 4), best_acc=round(rr.best_acc, 4),
-                ensemble_acc=round(rr.ensemble_acc, 4), wall_time_s=rr.wall_time_s,
-                config_hash=_config_hash(cfg, mcfg), version=__version__,
+            records.append(setup.record(
+                sres.method, mcfg, rr.last_acc, rr.best_acc, wall_time_s=rr.wall_time_s,
                 setting=setting.format(round=rr.round, local_epochs=epochs),
-                data_source=setup.dataset.name,
-                best_client_acc=round(max(accs), 4),
-                mean_client_acc=round(sum(accs) / len(accs), 4),
-            ))
+                client_accs=rr.client_accs, ensemble_acc=rr.ensemble_acc))
     return records, results
 
 

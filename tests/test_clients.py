@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from ofl_core.client_training import train_clients
 from ofl_core.clients import (
     ClientUpload,
     LocalTrainConfig,
     UploadError,
     build_from_upload,
     ldam_loss,
-    train_clients,
     train_local,
     validate_upload,
 )

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model, train_clients
+from ofl_core.client_training import train_clients
+from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ofl_core.client_training import train_clients
 from ofl_core.clients import ClientUpload, UploadError, validate_upload
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
@@ -29,7 +30,6 @@ from ofl_core.fedcvae_clients import (
     heterogeneous_variants,
     noisy_label_counts,
     secret_prior_mean,
-    train_cvae_clients,
     validate_decoder_upload,
 )
 from ofl_core.methods import METHODS, ServerContext, method_config, run_method
@@ -88,7 +88,7 @@ def tiny() -> dict:
     ds = ImageDataset("synthetic", xtr, ytr, xte, yte, C)
     part = make_partition(ytr.numpy(), 4, "classes_per_client", classes_per_client=1, seed=0)
     cfg = CVAETrainConfig(latent_dim=4, epochs=8, batch_size=16, lr=3e-3)
-    uploads = train_cvae_clients(ds, part, cfg, seed=0, workers=1, progress=False)
+    uploads = train_clients(ds, part, cfg, seed=0, workers=1, progress=False)
     return {"ds": ds, "part": part, "cfg": cfg, "uploads": uploads, "x_test": xte, "y_test": yte}
 
 
@@ -304,8 +304,8 @@ def test_decoder_upload_validation(tiny: dict) -> None:
     for msg, up in bad_cases.items():
         with pytest.raises(UploadError, match=msg):
             validate_decoder_upload(up)
-    # classifier validation is untouched: it rejects a decoder and still accepts classifiers
-    with pytest.raises(UploadError, match="unknown architecture"):
+    # classifier validation (the default kind) rejects a decoder and still accepts classifiers
+    with pytest.raises(UploadError, match="needs a classifier upload"):
         validate_upload(good)
     clf = ClientUpload(0, "mcmahan_cnn", build_model("mcmahan_cnn", C, 1, 32).state_dict(),
                        C, 1, 32, 10)
@@ -318,16 +318,16 @@ def test_cache_reuses_decoders_and_noise_does_not_retrain(tiny: dict, tmp_path) 
     ds, part = tiny["ds"], tiny["part"]
     cfg = dataclasses.replace(tiny["cfg"], epochs=1)
     cache = UploadCache(tmp_path)
-    first = train_cvae_clients(ds, part, cfg, seed=5, cache=cache, workers=1, progress=False)
+    first = train_clients(ds, part, cfg, seed=5, cache=cache, workers=1, progress=False)
     assert cache.misses == 4 and len(cache) == 4
     noisy = dataclasses.replace(cfg, label_noise_gamma=0.5, label_noise="std")
-    again = train_cvae_clients(ds, part, noisy, seed=5, cache=cache, workers=1, progress=False)
+    again = train_clients(ds, part, noisy, seed=5, cache=cache, workers=1, progress=False)
     assert cache.hits == 4 and len(cache) == 4
     for a, b in zip(first, again, strict=True):
         assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
     assert any(a.label_counts != b.label_counts for a, b in zip(first, again, strict=True))
     other = dataclasses.replace(cfg, condition_encoder=False)
-    train_cvae_clients(ds, part, other, seed=5, cache=cache, workers=1, progress=False)
+    train_clients(ds, part, other, seed=5, cache=cache, workers=1, progress=False)
     assert len(cache) == 8  # the encoder's conditioning changes the decoder: a new entry
 
 
@@ -373,14 +373,14 @@ def test_heterogeneous_cvaes(tiny: dict) -> None:
     ds, part = tiny["ds"], tiny["part"]
     variants = ["cvae", "cvae_small", "cvae", "cvae_small"]
     cfgs = [dataclasses.replace(tiny["cfg"], variant=v, epochs=1) for v in variants]
-    uploads = train_cvae_clients(ds, part, cfgs, seed=0, workers=1, progress=False)
+    uploads = train_clients(ds, part, cfgs, seed=0, workers=1, progress=False)
     assert [u.arch for u in uploads] == variants
     ctx = context(tiny)
     cfg = FedCVAEKDConfig(num_samples=64, classifier_epochs=1, kd_samples=64, kd_epochs=1)
     assert run_kd(uploads, cfg, ctx).last_acc is not None
     with pytest.raises(ValueError, match="mix"):
         run_param_avg(uploads, cfg, ctx)
-    mixed_d = [uploads[0], *train_cvae_clients(
+    mixed_d = [uploads[0], *train_clients(
         ds, part, dataclasses.replace(cfgs[0], latent_dim=3), seed=0, workers=1,
         progress=False)[1:]]
     with pytest.raises(ValueError, match="same latent dimension"):
@@ -393,7 +393,7 @@ def test_security_shift_attacker_without_mu(tiny: dict) -> None:
     mu = secret_prior_mean(4, scale=20.0, seed=3)
     assert secret_prior_mean(4, 0.0, seed=3) == (0.0,) * 4  # ⚑ authors' code: μ = 0
     cfg = dataclasses.replace(tiny["cfg"], prior_mean=mu)
-    uploads = train_cvae_clients(ds, part, cfg, seed=0, workers=1, progress=False)
+    uploads = train_clients(ds, part, cfg, seed=0, workers=1, progress=False)
     for up in uploads:  # μ is not in the upload
         assert "prior_mean" not in up.state_dict and "prior_mean" not in up.model_kwargs
     res = security_experiment(uploads, mu, bounds=(1.0,), ctx=context(tiny),

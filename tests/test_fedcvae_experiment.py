@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
-from ofl_core.experiment import ExperimentConfig
+from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.fedcvae_clients import CVAETrainConfig, secret_prior_mean
 from ofl_core.fedcvae_experiment import (
     client_config,
@@ -27,7 +26,6 @@ from ofl_core.fedcvae_experiment import (
     run_fedcvae_experiment,
     run_security,
     server_decoder,
-    setup_fedcvae_experiment,
 )
 from ofl_core.methods import method_config
 from ofl_core.methods.fedcvae import FedCVAEEnsConfig, truncated_sampler, uniform_sampler
@@ -95,14 +93,14 @@ def test_data_settings_and_client_configs() -> None:
 def test_setup_uses_its_partition_seed(ds: ImageDataset) -> None:
     cfg = config(partition="dirichlet_fedcvae", alpha=0.5, num_clients=3, seed=5)
     cvae = CVAETrainConfig(**{**CVAE, "epochs": 0})
-    a = setup_fedcvae_experiment(cfg, cvae, dataset=ds)
-    b = setup_fedcvae_experiment(cfg, cvae, partition_seed=9, dataset=ds)
+    a = setup_experiment(cfg, cvae, dataset=ds)
+    b = setup_experiment(cfg, cvae, partition_seed=9, dataset=ds)
     ref = make_partition(ds.y_train.numpy(), 3, "dirichlet_fedcvae", alpha=0.5, seed=9,
                          num_classes=C)
     assert np.array_equal(b.partition.counts, ref.counts)
     assert not np.array_equal(a.partition.counts, b.partition.counts)
     assert all(u.kind == "decoder" for u in b.uploads)
-    assert math.isnan(b.ensemble_acc) and math.isnan(b.client_accs[0])
+    assert b.ensemble_acc is None and b.client_accs == []  # decoders: no classifier
 
 
 def test_run_groups_methods_by_client_training(ds: ImageDataset) -> None:
@@ -128,7 +126,7 @@ def test_run_groups_methods_by_client_training(ds: ImageDataset) -> None:
 def test_security_records_and_sample_grids(ds: ImageDataset) -> None:
     mu = secret_prior_mean(4, 20.0, seed=3)
     cfg = config(table="Fig5")
-    setup = setup_fedcvae_experiment(cfg, CVAETrainConfig(**CVAE, prior_mean=mu), dataset=ds)
+    setup = setup_experiment(cfg, CVAETrainConfig(**CVAE, prior_mean=mu), dataset=ds)
     recs, res = run_security(setup, mu, (1.0, 1000.0),
                              FedCVAEEnsConfig(num_samples=200, classifier_epochs=2))
     assert [(r.method, r.setting) for r in recs] == [

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ofl_core.client_training import train_clients
 from ofl_core.clients import (
     ClientUpload,
     LocalTrainConfig,
     build_from_upload,
     init_model,
-    train_clients,
 )
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition

@@ -60,7 +60,7 @@ def test_heterogeneous_setup_records_and_fedavg_refusal(tiny_dataset, tmp_path):
         local=LocalTrainConfig(epochs=1), cache_dir=str(tmp_path), progress=False,
         workers=1, paper="dense", table="T2", setting="models=heterogeneous;server=lenet",
     )
-    setup = setup_experiment(cfg, tiny_dataset)
+    setup = setup_experiment(cfg, dataset=tiny_dataset)
     assert [u.arch for u in setup.uploads] == ["lenet", "cnn1"]
     recs = client_records(setup, setting="models=heterogeneous")
     assert [r.method for r in recs] == ["local-lenet", "local-cnn1"]

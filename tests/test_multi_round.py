@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ofl_core.clients import LocalTrainConfig, train_clients
+from ofl_core.client_training import train_clients
+from ofl_core.clients import LocalTrainConfig
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.methods import method_config

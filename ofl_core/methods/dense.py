@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from ..client_training import train_clients
+from ..clients import ClientUpload, LocalTrainConfig, build_from_upload
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models import MODEL_NAMES

@@ -1,0 +1,214 @@
+"""The one cached client-training driver, for every kind of client.
+
+A client kind (:class:`ClientKind`) says what a client of that kind trains and uploads: a
+classifier (:class:`~ofl_core.clients.LocalTrainConfig`, SPEC §3) or a FedCVAE decoder
+(``CVAETrainConfig``, FedCVAE Alg. 3). :func:`train_clients` does the rest once for all kinds:
+hold the clients' cache locks (concurrent tasks train shared clients once), read what the
+content-addressed cache (:mod:`ofl_core.upload_cache`) has, train the missing clients — in
+worker processes when the work repays their start-up — write each finished client to the cache
+at once (an interrupted run loses at most the clients in progress), and return the uploads.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
+from .data.datasets import ImageDataset
+from .data.partition import Partition
+from .seeds import client_seed, cvae_init_seed
+from .upload_cache import UploadCache, cache_lock, state_hash
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """One client's training: its data, config and seeds (``seed`` is the experiment's)."""
+
+    client_id: int
+    x: torch.Tensor
+    y: torch.Tensor
+    cfg: Any
+    num_classes: int
+    seed: int
+    device: str | torch.device = "cpu"
+    progress: bool = False
+    init_state: State | None = None
+
+
+@dataclass(frozen=True)
+class ClientKind:
+    """What one kind of client trains, how it is keyed in the cache, and what it uploads.
+
+    ``train`` must be a module-level function (worker processes receive it by name).
+    """
+
+    name: str
+    train: Callable[[ClientJob], State]
+    key: Callable[[ImageDataset, Partition, int, Any, int, str | None], dict]
+    upload: Callable[[int, State, ImageDataset, Partition, Any, int], ClientUpload]
+    check: Callable[[ImageDataset], None] = lambda dataset: None
+
+
+def _train_classifier(job: ClientJob) -> State:
+    return train_local(job.x, job.y, job.cfg, job.num_classes,
+                       client_seed(job.seed, job.client_id), job.device,
+                       init_state=job.init_state, progress=job.progress,
+                       desc=f"client {job.client_id}", init_from=job.seed)
+
+
+def _classifier_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,
+                       cfg: LocalTrainConfig, seed: int) -> ClientUpload:
+    return ClientUpload(client_id=k, arch=cfg.arch, state_dict=state,
+                        num_classes=dataset.num_classes, in_channels=dataset.channels,
+                        image_size=dataset.image_size, num_samples=int(partition.sizes[k]),
+                        model_kwargs=dict(cfg.model_kwargs))
+
+
+def _train_decoder(job: ClientJob) -> State:
+    from .fedcvae_clients import train_cvae
+
+    state, _ = train_cvae(job.x, job.y, job.cfg, job.num_classes,
+                          client_seed(job.seed, job.client_id),
+                          cvae_init_seed(job.seed, job.client_id, job.cfg), job.device,
+                          progress=job.progress, desc=f"CVAE client {job.client_id}")
+    return state
+
+
+def _decoder_key(dataset: ImageDataset, partition: Partition, k: int, cfg: Any, seed: int,
+                 init_hash: str | None) -> dict:
+    from .fedcvae_clients import cvae_key_payload
+
+    if init_hash is not None:
+        raise ValueError("FedCVAE clients train once from their own initialisation; "
+                         "init_state is for classifier clients (multi-round FL)")
+    return cvae_key_payload(dataset, partition, k, cfg, seed)
+
+
+def _decoder_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,
+                    cfg: Any, seed: int) -> ClientUpload:
+    from .fedcvae_clients import make_decoder_upload
+
+    return make_decoder_upload(k, state, partition.counts[k], cfg, dataset.num_classes,
+                               dataset.channels, dataset.image_size, seed)
+
+
+def _check_decoder_data(dataset: ImageDataset) -> None:
+    if dataset.image_size % 16:
+        raise ValueError(
+            f"FedCVAE's CVAE needs 32-px images but {dataset.name!r} is {dataset.image_size} px; "
+            "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
+        )
+
+
+CLASSIFIER = ClientKind("clients", _train_classifier, train_key_payload, _classifier_upload)
+DECODER = ClientKind("CVAE clients", _train_decoder, _decoder_key, _decoder_upload,
+                     _check_decoder_data)
+
+
+def client_kind(cfg: Any) -> ClientKind:
+    """The kind of client a training config makes (classifier or FedCVAE decoder)."""
+    if isinstance(cfg, LocalTrainConfig):
+        return CLASSIFIER
+    from .fedcvae_clients import CVAETrainConfig
+
+    if isinstance(cfg, CVAETrainConfig):
+        return DECODER
+    raise TypeError(f"a client config must be a LocalTrainConfig or a CVAETrainConfig "
+                    f"(got {type(cfg).__name__})")
+
+
+def resolve_workers(workers: int | str, device: str | torch.device, jobs: int,
+                    work: int) -> int:
+    """How many worker processes to train clients in.
+
+    ``"auto"``: on a multi-core CPU, one process per core when the total work (samples ×
+    epochs) is large enough to repay process start-up (about 3 s each); else 1.
+    """
+    if workers == "auto":
+        cpus = os.cpu_count() or 1
+        if torch.device(device).type != "cpu" or cpus < 2 or jobs < 2 or work < 300_000:
+            return 1
+        return min(cpus, jobs)
+    w = int(workers)
+    if w < 1:
+        raise ValueError(f"workers must be ≥ 1 or 'auto' (got {workers!r})")
+    return min(w, max(jobs, 1))
+
+
+def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int) -> State:
+    torch.set_num_threads(threads)
+    return train(job)
+
+
+def train_clients(
+    dataset: ImageDataset,
+    partition: Partition,
+    cfg: Any,
+    seed: int,
+    cache: UploadCache | None = None,
+    device: str | torch.device = "cpu",
+    workers: int | str = "auto",
+    progress: bool = True,
+    init_state: State | None = None,
+) -> list[ClientUpload]:
+    """Train every client of ``partition`` (or load it from ``cache``); return the uploads.
+
+    ``cfg`` is one client config for all clients or one per client (heterogeneous
+    architectures or CVAEs), all of one kind. ``init_state`` (multi-round FL, classifier
+    clients) starts every client from that model, in this process.
+    """
+    m = partition.num_clients
+    cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
+    if len(cfgs) != m:
+        raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
+    kinds = {client_kind(c) for c in cfgs}
+    if len(kinds) > 1:
+        raise ValueError("the clients of one experiment must all be classifiers or all CVAEs")
+    kind = kinds.pop()
+    kind.check(dataset)
+    init_hash = state_hash(init_state) if init_state is not None else None
+    keys = [kind.key(dataset, partition, k, c, seed, init_hash) for k, c in enumerate(cfgs)]
+    with cache_lock(cache, keys):  # concurrent tasks train shared clients once
+        states = {k: s for k in range(m)
+                  if cache is not None and (s := cache.get(keys[k])) is not None}
+        todo = [k for k in range(m) if k not in states]
+        jobs = {k: ClientJob(k, dataset.x_train[torch.as_tensor(partition.client_indices[k])],
+                             dataset.y_train[torch.as_tensor(partition.client_indices[k])],
+                             cfgs[k], dataset.num_classes, seed) for k in todo}
+        work = sum(len(jobs[k].y) * cfgs[k].epochs for k in todo)
+        n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
+        bar = tqdm(total=m, initial=m - len(todo), desc=kind.name, disable=not progress)
+
+        def finish(k: int, state: State) -> None:
+            states[k] = state
+            if cache is not None:
+                cache.put(keys[k], state)
+            bar.update(1)
+
+        if n_workers > 1:
+            threads = max(1, torch.get_num_threads() // n_workers)
+            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+                futs = {k: ex.submit(_in_worker, kind.train, jobs[k], threads) for k in todo}
+                for k, fut in futs.items():
+                    finish(k, fut.result())
+        else:
+            for k in todo:
+                job = jobs[k]
+                finish(k, kind.train(ClientJob(k, job.x, job.y, job.cfg, job.num_classes, seed,
+                                               device, progress, init_state)))
+        bar.close()
+    return [kind.upload(k, states[k], dataset, partition, cfgs[k], seed) for k in range(m)]
+
+
+__all__ = ["CLASSIFIER", "DECODER", "ClientJob", "ClientKind", "client_kind", "resolve_workers",
+           "train_clients"]
