@@ -103,7 +103,9 @@ class ExperimentConfig:
 
     def hash(self) -> str:
         d = dataclasses.asdict(self)
-        for k in ("device", "workers", "progress", "cache_dir", "data_root"):
+        # what the experiment computes, not where or how it runs nor how its records are labelled
+        for k in ("device", "workers", "progress", "cache_dir", "data_root", "experiment",
+                  "paper", "table", "setting"):
             d.pop(k)
         if d["archs"] is None:  # homogeneous: the same hash as before ``archs`` existed
             d.pop("archs")
@@ -214,6 +216,20 @@ def method_key(name: str, config: Any, names: Sequence[str]) -> str:
     return name if list(names).count(name) == 1 else f"{name}/{getattr(config, 'preset', '')}"
 
 
+def run_one(setup: Setup, name: str, config: Any) -> tuple[ResultRecord, ServerResult]:
+    """Run one server method on the setup's uploads; its record and result (the last/best
+    accuracy filled from the test set when the method did not evaluate)."""
+    ctx = setup.context()
+    t0 = time.perf_counter()
+    res = run_method(name, setup.uploads, config, ctx)
+    wall = time.perf_counter() - t0
+    if res.last_acc is None:
+        res.last_acc = ctx.evaluate(res.model)
+    if res.best_acc is None:
+        res.best_acc = max([res.last_acc, *res.curve])
+    return setup.record(res.method, config, res.last_acc, res.best_acc, wall_time_s=wall), res
+
+
 def run_methods(
     setup: Setup, methods: Mapping[str, Any] | Sequence[tuple[str, Any]]
 ) -> tuple[list[ResultRecord], dict[str, ServerResult]]:
@@ -224,17 +240,9 @@ def run_methods(
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
     names = [n for n, _ in pairs]
     for name, mcfg in pairs:
-        ctx = setup.context()
-        t0 = time.perf_counter()
-        res = run_method(name, setup.uploads, mcfg, ctx)
-        wall = time.perf_counter() - t0
-        if res.last_acc is None:
-            res.last_acc = ctx.evaluate(res.model)
-        if res.best_acc is None:
-            res.best_acc = max([res.last_acc, *res.curve])
+        rec, res = run_one(setup, name, mcfg)
         results[method_key(name, mcfg, names)] = res
-        records.append(setup.record(res.method, mcfg, res.last_acc, res.best_acc,
-                                    wall_time_s=wall))
+        records.append(rec)
     return records, results
 
 

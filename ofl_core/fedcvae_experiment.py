@@ -55,6 +55,7 @@ from .methods.fedcvae import (
 )
 from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
 from .results import ResultRecord
+from .tables import Run, Serves
 
 __all__ = [
     "DECODER_METHODS",
@@ -63,6 +64,7 @@ __all__ = [
     "client_decoder_samples",
     "decode_classes",
     "fedcvae_data_settings",
+    "fedcvae_runs",
     "run_fedcvae_experiment",
     "run_security",
     "server_decoder",
@@ -114,6 +116,25 @@ def client_config(method: str, dataset: str, preset: str = "paper",
         return dataclasses.replace(base, **upd) if upd else base
     raise ValueError(f"{method!r} is not a method of FedCVAE's tables; choose one of: "
                      f"{', '.join([*DECODER_METHODS, *BASELINE_METHODS])}")
+
+
+def fedcvae_runs(
+    experiment: ExperimentConfig, methods: Sequence[Sequence[Any]], serves: Sequence[Serves], *,
+    cvae: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
+    partition_seed: int | None = None,
+) -> list[Run]:
+    """FedCVAE-table methods as :class:`~ofl_core.tables.Run` s: one run per client training
+    they need (:func:`client_config`: decoders with Table 4's d for FedCVAE-Ens/-KD, McMahan
+    CNNs for FedAvg/FedOneShot; ``cvae``/``local`` field overrides), all on one partition
+    (``partition_seed``, else the experiment's seed). ``methods``: (name, config) pairs, or
+    (name, config, preset label) triples."""
+    groups: dict[Any, list[Any]] = {}
+    for m in methods:
+        ccfg = client_config(m[0], experiment.dataset, getattr(m[1], "preset", "paper"), cvae,
+                             local)
+        groups.setdefault(ccfg, []).append(tuple(m))
+    return [Run(experiment, tuple(ms), tuple(serves), clients=c, partition_seed=partition_seed)
+            for c, ms in groups.items()]
 
 
 def run_fedcvae_experiment(

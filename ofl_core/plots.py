@@ -236,3 +236,15 @@ def plot_accuracy_vs(
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, ncol=2)
     return ax.figure
+
+
+def save_paper_vs_ours(table: pd.DataFrame, title: str, figures_dir: str | os.PathLike,
+                       name: str) -> Path | None:
+    """:func:`plot_paper_vs_ours` saved as ``<figures_dir>/<name>.png``; None (no figure) for
+    an empty comparison."""
+    if table.empty:
+        return None
+    fig = plot_paper_vs_ours(table, title)
+    path = save_figure(fig, figures_dir, name)
+    plt.close(fig)
+    return path

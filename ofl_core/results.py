@@ -186,3 +186,8 @@ def compare_with_paper(
     merged["diff_best"] = merged["ours_best"] - merged["paper"]
     merged = merged.rename(columns={"alpha_key": "alpha", "paper_method": "method"})
     return merged[COMPARE_COLUMNS].round(2)
+
+
+def paper_methods(paper: str, table: str) -> tuple[str, ...]:
+    """The methods one paper table prints (its rows), in the CSV's order."""
+    return tuple(dict.fromkeys(paper_results(paper, table)["method"]))
