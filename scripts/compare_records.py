@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         NUMBERS = (*NUMBERS, "config_hash")
     before, after = load(args.before), load(args.after)
     bad = 0
-    for nb in sorted(set(before) | set(after)):
+    skipped = sorted(set(before) - set(after))
+    if skipped:
+        print(f"not in {args.after} (not compared): {', '.join(skipped)}")
+    for nb in sorted(after):
         b, a = before.get(nb, Counter()), after.get(nb, Counter())
         same = b & a
         rest_b, rest_a = b - same, a - same
