@@ -64,41 +64,18 @@ cache_dir = None
 figures_dir = "../figures/cvae_security_shift"
 
 # %%
-import dataclasses
+from ofl_core.experiment import ExperimentConfig
+from ofl_core.fedcvae_experiment import fedcvae_data_settings
+from ofl_core.plots import save_figure
+from ofl_core.results import record
+from ofl_core.sections import cvae_security_shift as sec
+from ofl_core.tables import run_tables
 
-import pandas as pd
-import torch
-from IPython.display import display
-
-from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedcvae_clients import secret_prior_mean
-from ofl_core.fedcvae_experiment import (
-    client_config,
-    client_decoder_samples,
-    decode_classes,
-    fedcvae_data_settings,
-    run_fedcvae_experiment,
-    run_security,
-    server_decoder,
-    setup_fedcvae_experiment,
-)
-from ofl_core.methods import method_config
-from ofl_core.methods.fedcvae import FedCVAESecurityConfig, truncated_sampler, uniform_sampler
-from ofl_core.plots import plot_accuracy_vs, plot_image_grid, save_figure
-from ofl_core.results import compare_with_paper, paper_results, record, records_frame
-
+base = ExperimentConfig(dataset=dataset, partition="dirichlet_fedcvae", num_clients=num_clients,
+                        device=device, data_root=data_root, cache_dir=cache_dir,
+                        experiment="cvae_security_shift", **fedcvae_data_settings(dataset))
 sizes = {"num_samples": num_samples, "kd_samples": kd_samples, "kd_epochs": kd_epochs,
          "classifier_epochs": classifier_epochs}
-
-
-def experiment(a, seed, table):
-    return ExperimentConfig(
-        dataset=dataset, partition="dirichlet_fedcvae", alpha=a, num_clients=num_clients,
-        seed=seed, device=device, data_root=data_root, cache_dir=cache_dir,
-        experiment="cvae_security_shift", paper="fedcvae", table=table,
-        **fedcvae_data_settings(dataset),
-    )
-
 
 # %% [markdown]
 # ## Fig. 5: legitimate server vs eavesdropper
@@ -106,46 +83,21 @@ def experiment(a, seed, table):
 # variants), so the comparison isolates the prior shift.
 
 # %%
-ens_cfg = method_config("fedcvae-ens", "paper", dataset=dataset, num_samples=num_samples,
-                        classifier_epochs=classifier_epochs)
-security_records, security_setups = [], {}
-for seed in seeds:
-    for preset in presets:
-        sec = FedCVAESecurityConfig.for_preset(
-            preset, bounds=tuple(float(b) for b in bounds),
-            **({"mean_scale": mean_scale} if preset == "paper" else {}))
-        cvae = client_config("fedcvae-ens", dataset, "paper", {"epochs": cvae_epochs})
-        mu = (secret_prior_mean(cvae.latent_dim, sec.mean_scale, seed)
-              if sec.mean_scale > 0 else None)
-        setup = setup_fedcvae_experiment(experiment(security_alpha, seed, "Fig5"),
-                                         dataclasses.replace(cvae, prior_mean=mu),
-                                         partition_seed=partition_seed)
-        recs, res = run_security(setup, mu, sec.bounds, ens_cfg, preset=preset)
-        security_records += recs
-        security_setups[preset] = (setup, mu)
-        mu_txt = "0" if mu is None else f"U(−{sec.mean_scale:g}, {sec.mean_scale:g})^d draw"
-        print(f"seed={seed} {preset:<12} μ = {mu_txt}: server {res.server_acc:.2f}%, attacker "
-              + ", ".join(f"b={b:g}: {a:.2f}%" for b, a in res.attacker_acc.items()))
+security_records, security_setups = sec.security_experiments(
+    base, seeds, presets, alpha=security_alpha, partition_seed=partition_seed, bounds=bounds,
+    mean_scale=mean_scale, cvae_epochs=cvae_epochs, num_samples=num_samples,
+    classifier_epochs=classifier_epochs)
 
 # %% [markdown]
 # ## Table 8: noise on the uploaded label counts
-# Noise is applied at upload, so every γ reuses the same trained decoders (cached).
+# Noise is applied at upload, so every γ reuses the same trained decoders (cached). The γ = 0
+# runs are Table 1's cells (α = 0.01).
 
 # %%
-noise_records = []
-for seed in seeds:
-    for gamma in gammas:
-        for mode in (["variance"] if gamma == 0 else noise_modes):
-            table, setting = ("T1", "") if gamma == 0 else ("T8", f"gamma={gamma:g}")
-            recs, _, _ = run_fedcvae_experiment(
-                experiment(alpha, seed, table),
-                configure_methods(noise_methods, ["paper"], common={"dataset": dataset, **sizes}),
-                cvae={"epochs": cvae_epochs, "label_noise_gamma": gamma, "label_noise": mode},
-                partition_seed=partition_seed)
-            label = "paper" if mode == "variance" else "label_noise=std"
-            noise_records += [dataclasses.replace(r, setting=setting, preset=label)
-                              for r in recs]
-record(security_records + noise_records)
+noise = run_tables(sec.noise_runs(base, seeds, gammas, noise_modes, noise_methods, alpha=alpha,
+                                  partition_seed=partition_seed, cvae_epochs=cvae_epochs,
+                                  sizes=sizes))
+record(security_records + noise.records)
 
 # %% [markdown]
 # ## Fig. 5 beside the paper
@@ -155,80 +107,31 @@ record(security_records + noise_records)
 # The server's reference is FedCVAE-Ens in Table 1 at α = 0.05.
 
 # %%
-sec = records_frame(security_records)
-sec["b"] = sec["setting"].str.extract(r"b=([\d.e+]+)", expand=False).astype(float)
-summary = (sec.groupby(["preset", "method", "b"], dropna=False)["last_acc"].mean()
-           .round(2).unstack("preset"))
-summary
-
-# %%
-t1 = paper_results("fedcvae", "T1")
-ref = t1[(t1.method == "fedcvae-ens") & (t1.alpha == security_alpha)
-         & (t1.num_clients == num_clients) & (t1.dataset == sec["dataset"].iloc[0])]
-ref = ref[["dataset", "accuracy_text", "std"]]
-print("FedCVAE-Ens, Table 1, α =", security_alpha, "(the legitimate server's reference):")
-print(ref.to_string(index=False))
-plot_rows = []
-for preset, part in sec.groupby("preset"):
-    server = part[part.method == "fedcvae-ens-server"]["last_acc"].mean()
-    att = part[part.method == "fedcvae-ens-attacker"].groupby("b")["last_acc"].mean()
-    gaps = ", ".join(f"b={b:g}: {a - server:+.1f}" for b, a in att.items())
-    falls = bool((att.diff().dropna() <= 1.0).all())
-    print(f"{preset}: legitimate server {server:.2f}%; attacker − server (points): {gaps}.\n"
-          f"  attacker's accuracy falls (or stays) as b grows: {'yes' if falls else 'NO'}; "
-          f"server above every attacker: {'yes' if server > att.max() else 'NO'}.")
-    plot_rows += [{"b": b, "label": f"server (knows μ), {preset}", "acc": server}
-                  for b in att.index]
-    plot_rows += [{"b": b, "label": f"attacker U(−b, b), {preset}", "acc": a}
-                  for b, a in att.items()]
-
-# %%
-fig = plot_accuracy_vs(pd.DataFrame(plot_rows), "b", {"acc": "ours"}, group="label", logx=True,
-                       xlabel="attacker's sampling bound b (z ~ U(−b, b))",
-                       title=f"FedCVAE Fig. 5: {dataset}, α={security_alpha}, m={num_clients}")
-save_figure(fig, figures_dir, "fig5_server_vs_attacker")
+save_figure(sec.plot_fig5(security_records, f"FedCVAE Fig. 5: {dataset}, α={security_alpha}, "
+                          f"m={num_clients}"), figures_dir, "fig5_server_vs_attacker")
+sec.fig5_summary(security_records, security_alpha, num_clients)
 
 # %% [markdown]
 # ## Table 8 beside the paper
 # The paper's Table 8 prints FedCVAE-Ens only (its KD column is empty); `label_noise=std` is
 # the authors' code's noise (γ·n_k as standard deviation) on the same decoders. The γ = 0 row
-# is Table 1 (α = 0.01).
+# is Table 1 (α = 0.01), below.
 
 # %%
-t8 = compare_with_paper([r for r in noise_records if r.table == "T8"], "fedcvae", "T8")
-t8
+fig = sec.plot_table8(noise.compare("fedcvae", "T8"),
+                      f"FedCVAE Table 8: {dataset} (solid ours, dashed paper)")
+save_figure(fig, figures_dir, "table8_label_noise") if fig is not None else None
+noise.compare("fedcvae", "T8")
 
 # %%
-compare_with_paper([r for r in noise_records if r.table == "T1"], "fedcvae", "T1")
-
-# %%
-if not t8.empty:
-    t8plot = t8.assign(gamma=t8["setting"].str.removeprefix("gamma=").astype(float),
-                       label=t8["method"] + " " + t8["preset"])
-    fig = plot_accuracy_vs(t8plot, "gamma", group="label", logx=True, xlabel="noise proportion γ",
-                           title=f"FedCVAE Table 8: {dataset} (solid ours, dashed paper)")
-    save_figure(fig, figures_dir, "table8_label_noise")
+noise.compare("fedcvae", "T1")
 
 # %% [markdown]
 # ## Figs. 7–8: decoded samples
 # Fig. 7-like: for each class, the client decoder holding most of that class decodes
 # `grid_per_class` samples per row; rows: z around μ (what the server draws, ±3 std), then the
 # eavesdropper's z ~ U(−b, b) for each b. Columns are the classes.
-
-# %%
-C = next(iter(security_setups.values()))[0].dataset.num_classes
-for preset, (setup, mu) in security_setups.items():
-    rows = [client_decoder_samples(setup.uploads, grid_per_class,
-                                   truncated_sampler(3.0, mu, "cpu"), seed=0)]
-    rows += [client_decoder_samples(setup.uploads, grid_per_class,
-                                    uniform_sampler(float(b), "cpu"), seed=0) for b in bounds]
-    names = ["around μ (server)"] + [f"U(−{b:g}, {b:g})" for b in bounds]
-    fig = plot_image_grid(torch.cat(rows).numpy(), nrow=C,
-                          title=f"{preset}: client decoders, {grid_per_class} row(s) each: "
-                          + " | ".join(names))
-    save_figure(fig, figures_dir, f"fig7_client_samples_{preset}")
-
-# %% [markdown]
+#
 # Fig. 8-like: the aggregated server decoder — decoder parameter averaging vs knowledge
 # distillation (FedCVAE-KD) — at α = 0.01, beside the client decoders it summarises. Each
 # server decoder is sampled as FedCVAE-KD samples it (y uniform, truncated normal of Table 4's
@@ -236,23 +139,7 @@ for preset, (setup, mu) in security_setups.items():
 # ablations notebook).
 
 # %%
-if grid_methods:
-    grid_cfgs = configure_methods(grid_methods, ["paper"], common={"dataset": dataset, **sizes})
-    grid_recs, grid_res, grid_setups = run_fedcvae_experiment(
-        experiment(alpha, seeds[0], "T6"), grid_cfgs, cvae={"epochs": cvae_epochs},
-        partition_seed=partition_seed)
-    display(compare_with_paper(grid_recs, "fedcvae", "T6"))
-    uploads = next(iter(grid_setups.values())).uploads
-    width = grid_cfgs[0][1].resolved().trunc_width
-    rows = [client_decoder_samples(uploads, grid_per_class, truncated_sampler(3.0, None, "cpu"),
-                                   seed=0)]
-    names = ["client decoders"]
-    for res in grid_res.values():
-        dec = server_decoder(res, uploads)
-        rows.append(decode_classes(dec, grid_per_class, truncated_sampler(width, None, "cpu"),
-                                   seed=0))
-        names.append(f"{res.method} server decoder")
-    fig = plot_image_grid(torch.cat(rows).numpy(), nrow=C,
-                          title=f"α={alpha}, m={num_clients}, {grid_per_class} row(s) each: "
-                          + " | ".join(names))
-    save_figure(fig, figures_dir, "fig8_server_decoders")
+sec.save_client_samples(security_setups, bounds, grid_per_class, figures_dir)
+sec.server_decoder_grid(base, grid_methods, alpha=alpha, seed=seeds[0],
+                        partition_seed=partition_seed, cvae_epochs=cvae_epochs, sizes=sizes,
+                        per_class=grid_per_class, figures_dir=figures_dir)

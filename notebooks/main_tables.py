@@ -68,6 +68,8 @@ figures_dir = "../figures/main_tables"
 # counts; FedCVAE's FedAvg/FedOneShot train McMahan CNNs (`baseline_local_epochs`).
 
 # %%
+from IPython.display import display
+
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
 from ofl_core.fedcvae_experiment import fedcvae_data_settings, fedcvae_runs
@@ -86,6 +88,8 @@ runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
             (Serves("dense", "T1"), Serves("fedhydra", "T1", paper_methods("fedhydra", "T1")),
              Serves("fedhydra", "T12", paper_methods("fedhydra", "T12"))))
         for a in alphas for s in seeds if methods]
+
+# %%
 runs += [r for a in fedcvae_alphas for s in seeds for r in fedcvae_runs(
     ExperimentConfig(dataset=fedcvae_dataset, partition="dirichlet_fedcvae", alpha=a,
                      num_clients=fedcvae_num_clients, seed=s, **common,
@@ -118,9 +122,7 @@ tables.compare("dense", "T1")
 # %%
 save_paper_vs_ours(tables.compare("fedhydra", "T1"), f"FedHydra Table 1 cells, {dataset} "
                    "(ours) vs paper", figures_dir, "fedhydra_t1_paper_vs_ours")
-tables.compare("fedhydra", "T1")
-
-# %%
+display(tables.compare("fedhydra", "T1"))
 tables.compare("fedhydra", "T12")
 
 # %% [markdown]
