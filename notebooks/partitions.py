@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -35,11 +37,10 @@ data_root = None
 figures_dir = "../figures/partitions"
 
 # %%
-import pandas as pd
-
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.plots import plot_partitions, save_figure
+from ofl_core.sections.partitions import counts_text
 
 ds = load_dataset(dataset, data_root)
 labels = ds.y_train.numpy()
@@ -58,9 +59,7 @@ save_figure(fig, figures_dir, "dirichlet_dense")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for name, p in dense_parts.items():
-    print(f"{name}: client sizes {p.sizes.tolist()}")
-    print(pd.DataFrame(p.counts, index=[f"c{k}" for k in range(num_clients)]).to_string())
+print(counts_text(dense_parts))
 
 # %% [markdown]
 # ## FedHydra "2c/c": each client holds two disjoint classes
@@ -85,5 +84,4 @@ save_figure(fig, figures_dir, "dirichlet_fedcvae")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for name, p in cvae_parts.items():
-    print(f"{name}: client sizes {p.sizes.tolist()}")
+print(counts_text(cvae_parts, counts=False))

@@ -278,26 +278,30 @@ def configure_methods(
     """(name, config) pairs for every method × preset, as notebooks take them from parameters.
 
     ``common`` fields (e.g. ``{"epochs": 20}`` for a quick server; ``None`` values mean "each
-    method's own value") are applied to every config that has such a field; a ``common`` key
-    that none of the selected methods has is an error naming the methods and their fields.
-    ``overrides[name]`` fields apply to that method only (unknown fields there are an error).
+    method's own value") are applied to every selected config that has such a field. A
+    ``common`` key that no method of the registry has (a typo, or a renamed field such as the
+    old ``g_steps``) is an error naming the selected methods and their fields; a key that only
+    unselected methods have is a setting this run does not use (grids select subsets of a
+    notebook's methods). ``overrides[name]`` fields apply to that method only (unknown fields
+    there are an error).
     """
     unknown = sorted(set(names) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
     common = {k: v for k, v in (common or {}).items() if v is not None}
+    stray = sorted(set(common) - set().union(*(_fields(m) for m in METHODS)))
+    if stray:
+        mine = sorted(set().union(*(_fields(m) for m in names)))
+        raise ValueError(f"common setting(s) {stray} are fields of no method; the selected "
+                         f"methods {list(names)} have: {mine}")
     out = []
-    known: set[str] = set()
     for name in names:
         for preset in presets:
-            cfg = method_config(name, preset)
-            fields = {f.name for f in dataclasses.fields(cfg)}
-            known |= fields
-            upd = {k: v for k, v in common.items() if k in fields}
+            upd = {k: v for k, v in common.items() if k in _fields(name)}
             cfg = method_config(name, preset, **{**upd, **(overrides or {}).get(name, {})})
             out.append((name, cfg))
-    stray = sorted(set(common) - known)
-    if stray and names:
-        raise ValueError(f"common setting(s) {stray} belong to none of the methods "
-                         f"{list(names)}; their fields: {sorted(known)}")
     return out
+
+
+def _fields(method: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(METHODS[method][0])}
