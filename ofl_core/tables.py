@@ -132,10 +132,12 @@ def _summary(setup: Setup, run: Run) -> str:
     return line
 
 
-def run_tables(runs: Sequence[Run], *, verbose: bool = True) -> Tables:
+def run_tables(runs: Sequence[Run], *, verbose: bool = True,
+               dataset: ImageDataset | None = None) -> Tables:
     """Run every :class:`Run` once (shared clients and shared method runs) and label the
     records for every table each run serves. ``verbose`` prints one line per experiment and
-    per method (the notebooks' plain-text log)."""
+    per method (the notebooks' plain-text log). ``dataset``: use this data for every run
+    instead of loading each run's ``experiment.dataset``."""
     out = Tables()
     datasets: dict[tuple, ImageDataset] = {}
     setups: dict[tuple, Setup] = {}
@@ -144,7 +146,7 @@ def run_tables(runs: Sequence[Run], *, verbose: bool = True) -> Tables:
         exp = run.experiment
         dkey = (exp.dataset, exp.data_root, exp.resize)
         if dkey not in datasets:
-            datasets[dkey] = load_experiment_data(exp)
+            datasets[dkey] = dataset if dataset is not None else load_experiment_data(exp)
         skey = run.setup_key()
         if skey not in setups:
             setups[skey] = setup_experiment(exp, run.clients, partition_seed=run.partition_seed,
