@@ -148,7 +148,7 @@ def setup_experiment(cfg: ExperimentConfig, dataset: ImageDataset | None = None)
     )
     cache = UploadCache(cfg.cache_dir)
     if cfg.cvae is not None:
-        from .fedcvae_clients import train_cvae_clients
+        from .fedcvae.clients import train_cvae_clients
 
         uploads = train_cvae_clients(ds, part, cfg.cvae, cfg.seed, cache=cache, device=device,
                                      workers=cfg.workers, progress=cfg.progress)

@@ -50,19 +50,16 @@ from .experiment import (
     resolve_device,
     run_methods,
 )
-from .fedcvae_clients import (
+from .fedcvae.clients import (
     CVAETrainConfig,
     baseline_local_config,
-    decoder_from_upload,
     train_cvae_clients,
 )
+from .fedcvae.sampling import LatentSampler
+from .fedcvae.security import SecurityResult, security_experiment
+from .fedcvae.server import FedCVAEEnsConfig
+from .fedcvae.uploads import decoder_from_upload
 from .methods.base import ServerResult
-from .methods.fedcvae import (
-    FedCVAEEnsConfig,
-    LatentSampler,
-    SecurityResult,
-    security_experiment,
-)
 from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
 from .results import ResultRecord
 from .upload_cache import UploadCache

@@ -1,14 +1,15 @@
 """FedCVAE client side (SPEC §3; FedCVAE Alg. 3, §3.2, §3.3, App. C Tables 3/4/8).
 
 A FedCVAE client trains a CVAE on its data (Adam lr 1e-3, batch 32, T_L epochs, loss = negated
-Eq. 1) and uploads **its decoder only** plus its label counts: a :class:`ClientUpload` with
-``kind="decoder"``, ``arch`` = the CVAE variant, ``model_kwargs={"latent_dim": d}``. The encoder
-never leaves the client. Optional extensions: label-count noise before upload (Table 8) and a
-secret prior mean μ (security shift, §3.3).
+Eq. 1, :func:`cvae_loss`) and uploads **its decoder only** plus its label counts: a
+:class:`~ofl_core.clients.ClientUpload` with ``kind="decoder"``, ``arch`` = the CVAE variant,
+``model_kwargs={"latent_dim": d}``. The encoder never leaves the client. Optional extensions:
+label-count noise before upload (Table 8) and a secret prior mean μ (security shift, §3.3).
 
-This module also holds the per-dataset hyperparameters of Tables 3/4 (:data:`FEDCVAE_HPARAMS`)
-and the local-training configs of FedCVAE's own FedAvg/FedOneShot baselines
-(:func:`baseline_local_config`), so every FedCVAE number lives in one place.
+This module also holds the local-training configs of FedCVAE's own FedAvg/FedOneShot baselines
+(:func:`baseline_local_config`); Table 4's per-dataset values live in
+:mod:`ofl_core.fedcvae.hparams`. The server checks uploads with
+:mod:`ofl_core.fedcvae.uploads`.
 """
 
 from __future__ import annotations
@@ -23,56 +24,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .clients import (
+from ..clients import (
     ClientUpload,
     LocalTrainConfig,
-    UploadError,
     resolve_workers,
 )
-from .data.datasets import ImageDataset
-from .data.partition import Partition
-from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae, build_decoder
-from .presets import check_preset
-from .seeds import client_seed, cvae_init_seed
-from .upload_cache import UploadCache, cache_lock
-
-
-@dataclass(frozen=True)
-class FedCVAEHParams:
-    """One dataset's column of FedCVAE Table 4 (Table 3's shared values are config defaults)."""
-
-    fedavg_local_epochs: int
-    fedoneshot_local_epochs: int
-    cvae_local_epochs: int
-    ens_latent_dim: int
-    ens_classifier_epochs: int
-    ens_trunc_width: float
-    kd_latent_dim: int
-    kd_classifier_epochs: int
-    kd_decoder_epochs: int
-    kd_trunc_width: float
-
-
-#: FedCVAE Table 4, per dataset (MNIST, FashionMNIST, SVHN).
-FEDCVAE_HPARAMS: dict[str, FedCVAEHParams] = {
-    "mnist": FedCVAEHParams(10, 15, 15, 10, 10, 3.0, 10, 10, 7, 1.0),
-    "fmnist": FedCVAEHParams(10, 15, 25, 10, 5, 3.0, 100, 5, 10, 2.0),
-    "svhn": FedCVAEHParams(5, 10, 50, 10, 5, 3.0, 10, 5, 80, 3.0),
-}
-
-
-def fedcvae_hparams(dataset: str) -> FedCVAEHParams:
-    """Table 4 column of ``dataset`` ("mnist", "fmnist", "svhn"; "fmnist_embedded" and a
-    resized name like "fmnist@32" map to their paper dataset)."""
-    key = dataset.split("@")[0].lower()
-    key = {"fmnist_embedded": "fmnist", "fashionmnist": "fmnist", "fashion": "fmnist"}.get(key, key)
-    if key not in FEDCVAE_HPARAMS:
-        raise ValueError(
-            f"dataset: FedCVAE's Table 4 has no column for {dataset!r}; choose one of "
-            f"{', '.join(FEDCVAE_HPARAMS)} (the settings of the closest dataset can be passed "
-            "field by field)"
-        )
-    return FEDCVAE_HPARAMS[key]
+from ..data.datasets import ImageDataset
+from ..data.partition import Partition
+from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
+from ..presets import check_preset
+from ..seeds import client_seed, cvae_init_seed
+from ..upload_cache import UploadCache, cache_lock
+from .hparams import fedcvae_hparams
 
 
 def baseline_local_config(dataset: str, method: Literal["fedavg", "fedoneshot"],
@@ -222,12 +185,23 @@ def noisy_label_counts(counts: Sequence[int] | np.ndarray, gamma: float,
     return tuple(int(v) for v in (c + noise).clamp_(min=0.0).round().long())
 
 
+def cvae_loss(model: CVAE, x: torch.Tensor, y: torch.Tensor, beta: float,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """The client's training loss, the negated ELBO of FedCVAE Eq. 1:
+    ℓ(w^k; x, y) = g(D_θ(z, y), x) + β·KL(q_φ(z | x, y) ‖ N(μ, I)), z = μ_φ + σ_φ·ε, where g is
+    the reconstruction loss (BCE for grayscale, MSE for RGB, §4.1), μ the prior centre (0, or the
+    secret μ of §3.3) and ε drawn from ``generator``; averaged over the batch."""
+    loss, _, _ = model.loss(x, y, beta, generator)
+    return loss
+
+
 def train_cvae(
     x: torch.Tensor, y: torch.Tensor, cfg: CVAETrainConfig, num_classes: int, seed: int,
     init_seed: int, device: str | torch.device = "cpu", progress: bool = True,
     desc: str = "cvae",
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
-    """Train one client's CVAE (Alg. 3) on uint8 images ``x`` and labels ``y``.
+    """Train one client's CVAE (Alg. 3: Adam on :func:`cvae_loss`, Eq. 1) on uint8 images ``x``
+    and labels ``y``.
 
     Returns (decoder state_dict on the CPU, mean training loss per epoch). Data stays a device
     tensor; batch order and reparameterisation noise come from a generator seeded ``seed``.
@@ -249,7 +223,7 @@ def train_cvae(
         total = torch.zeros((), device=dev)
         for s in range(steps):
             idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            loss, _, _ = model.loss(xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
+            loss = cvae_loss(model, xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -372,62 +346,3 @@ def train_cvae_clients(
     ]
 
 
-def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
-    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant.
-
-    Raises :class:`~ofl_core.clients.UploadError` naming the client and the problem: not a
-    decoder upload, unknown variant, missing/invalid ``latent_dim``, missing or invalid label
-    counts, state_dict keys/shapes that do not match the variant, NaN/inf values.
-    """
-    who = f"client {upload.client_id}"
-    if upload.kind != "decoder":
-        raise UploadError(f"{who}: FedCVAE needs a decoder upload (kind='decoder'), got "
-                          f"kind={upload.kind!r}")
-    if upload.arch not in CVAE_VARIANTS:
-        raise UploadError(f"{who}: unknown CVAE variant {upload.arch!r}; known: "
-                          f"{', '.join(CVAE_VARIANTS)}")
-    d = upload.model_kwargs.get("latent_dim")
-    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
-                          f"(got {d!r})")
-    extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
-    if extra_kw:
-        raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
-    counts = upload.label_counts
-    if counts is None or len(counts) != upload.num_classes:
-        raise UploadError(f"{who}: label_counts must give one count per class "
-                          f"({upload.num_classes}), got {counts!r}")
-    c = np.asarray(counts, dtype=np.float64)
-    if not np.all(np.isfinite(c)) or np.any(c < 0):
-        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
-    try:
-        dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
-                            upload.image_size, d)
-    except ValueError as e:
-        raise UploadError(f"{who}: {e}") from None
-    expected, got = dec.state_dict(), upload.state_dict
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-    if missing or extra:
-        raise UploadError(
-            f"{who}: state_dict does not match decoder variant {upload.arch!r}: "
-            f"missing {missing[:5]}{'…' if len(missing) > 5 else ''}, "
-            f"unexpected {extra[:5]}{'…' if len(extra) > 5 else ''}"
-        )
-    for k, v in expected.items():
-        t = got[k]
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(v.shape):
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise UploadError(f"{who}: parameter {k!r} has shape {shape}, expected "
-                              f"{tuple(v.shape)} for {upload.arch!r} with latent_dim={d}")
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
-    return dec
-
-
-def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"
-                        ) -> CVAEDecoder:
-    """Validate a decoder upload and return the decoder, frozen (eval mode, no gradients)."""
-    dec = validate_decoder_upload(upload)
-    dec.load_state_dict(upload.state_dict)
-    dec.eval().requires_grad_(False)
-    return dec.to(device)
