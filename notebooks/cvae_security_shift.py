@@ -71,7 +71,9 @@ import torch
 from IPython.display import display
 
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedcvae_clients import secret_prior_mean
+from ofl_core.fedcvae.clients import secret_prior_mean
+from ofl_core.fedcvae.sampling import truncated_sampler, uniform_sampler
+from ofl_core.fedcvae.security import FedCVAESecurityConfig
 from ofl_core.fedcvae_experiment import (
     client_config,
     client_decoder_samples,
@@ -83,7 +85,6 @@ from ofl_core.fedcvae_experiment import (
     setup_fedcvae_experiment,
 )
 from ofl_core.methods import method_config
-from ofl_core.methods.fedcvae import FedCVAESecurityConfig, truncated_sampler, uniform_sampler
 from ofl_core.plots import plot_accuracy_vs, plot_image_grid, save_figure
 from ofl_core.results import compare_with_paper, paper_results, record, records_frame
 

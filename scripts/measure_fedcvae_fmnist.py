@@ -31,7 +31,7 @@ from ofl_core.clients import train_clients
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
-from ofl_core.fedcvae_clients import CVAETrainConfig, baseline_local_config, train_cvae_clients
+from ofl_core.fedcvae.clients import CVAETrainConfig, baseline_local_config, train_cvae_clients
 from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.upload_cache import UploadCache
 
