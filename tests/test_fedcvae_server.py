@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 
+from ofl_core.fedcvae.classifier import eval_due
 from ofl_core.fedcvae.clients import (
     CVAETrainConfig,
     baseline_local_config,
@@ -27,6 +28,7 @@ from ofl_core.fedcvae.security import security_experiment
 from ofl_core.fedcvae.server import (
     FedCVAEEnsConfig,
     FedCVAEKDConfig,
+    FedCVAEParamAvgConfig,
     run_ens,
     run_kd,
     run_param_avg,
@@ -147,6 +149,24 @@ def test_param_avg_and_t6_names(tiny: dict) -> None:
     assert run_method("kd", tiny["uploads"], cfg, ctx).method == "kd"
     assert run_kd(tiny["uploads"], dataclasses.replace(cfg, aggregation="param_avg"),
                   ctx).method == "param-avg"
+
+
+def test_eval_every_matches_the_distillation_methods(tiny: dict) -> None:
+    """``eval_every`` = k: a curve point after every k-th epoch and after the last one; 0: the
+    last epoch only (the former ``eval_each_epoch=False``)."""
+    ctx = context(tiny)
+    base = FedCVAEEnsConfig(num_samples=100, classifier_epochs=3)
+    curves = {k: run_ens(tiny["uploads"], dataclasses.replace(base, eval_every=k), ctx).curve
+              for k in (0, 1, 2)}
+    assert [len(curves[k]) for k in (0, 1, 2)] == [1, 3, 2]
+    assert curves[0] == curves[1][-1:] and curves[2] == [curves[1][1], curves[1][2]]
+    assert [k for k in range(6) if eval_due(k, 2)] == [1, 3, 5] and not eval_due(0, 0)
+    with pytest.raises(ValueError, match="eval_every"):
+        FedCVAEKDConfig(eval_every=-1)
+    assert method_config("fedcvae-kd").eval_every == 1
+    code = FedCVAEParamAvgConfig.for_preset("authors_code", eval_every=0)
+    assert type(code) is FedCVAEParamAvgConfig and code.aggregation == "param_avg"
+    assert (code.allocation, code.eval_every) == ("proportional", 0)
 
 
 def test_heterogeneous_cvaes(tiny: dict) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 from torch import nn
@@ -63,6 +63,8 @@ __all__ = [
     "run_kd_t6",
     "run_param_avg",
 ]
+
+_Config = TypeVar("_Config", bound="_ClassifierServerFields")
 
 
 class _ClassifierServerFields:
@@ -105,7 +107,7 @@ class _ClassifierServerFields:
                              "after the last epoch only)")
 
     @classmethod
-    def for_preset(cls, preset: str = "paper", **overrides: object):  # noqa: ANN206
+    def for_preset(cls: type[_Config], preset: str = "paper", **overrides: object) -> _Config:
         """Paper defaults, or ⚑ the authors' code (proportional allocation, no conv ReLU)."""
         check_preset(preset)
         code = preset == "authors_code"
