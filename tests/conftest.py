@@ -68,8 +68,8 @@ def fedcvae_synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def fedcvae_tiny() -> dict:
     """FedCVAE clients on :func:`fedcvae_synthetic` (4 clients, one class each: extreme label
     skew), trained once on one thread: the dataset, partition, CVAE config, decoder uploads, the
-    test set and ``context(seed)``, a server context whose only access to the test set is the
-    evaluate callback."""
+    test set and ``"context"``: ``fedcvae_tiny["context"](seed=0)`` is a server context whose
+    only access to the test set is the evaluate callback."""
     from ofl_core.data.datasets import ImageDataset
     from ofl_core.data.partition import make_partition
     from ofl_core.evaluate import accuracy

@@ -27,7 +27,6 @@ from ofl_core.fedcvae.server import (
     run_ens,
 )
 from ofl_core.fedcvae.uploads import decoder_from_upload, validate_decoder_upload
-from ofl_core.methods import ServerContext
 from ofl_core.models import build_model
 from ofl_core.models.cvae import (
     CVAE,
@@ -40,16 +39,6 @@ from ofl_core.upload_cache import UploadCache
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny(fedcvae_tiny: dict) -> dict:
-    return fedcvae_tiny
-
-
-def context(tiny: dict, seed: int = 0) -> ServerContext:
-    """A server context whose only access to the test set is the evaluate callback."""
-    return tiny["context"](seed)
 
 
 @pytest.mark.parametrize("variant", ["cvae", "cvae_small"])
@@ -149,8 +138,8 @@ def test_heterogeneous_variants_are_seeded() -> None:
     assert a == heterogeneous_variants(20, seed=1) and set(a) == {"cvae", "cvae_small"}
 
 
-def test_upload_is_decoder_only_and_counts(tiny: dict) -> None:
-    for up, counts in zip(tiny["uploads"], tiny["part"].counts, strict=True):
+def test_upload_is_decoder_only_and_counts(fedcvae_tiny: dict) -> None:
+    for up, counts in zip(fedcvae_tiny["uploads"], fedcvae_tiny["part"].counts, strict=True):
         assert up.kind == "decoder" and up.arch == "cvae"
         assert set(up.state_dict) == set(build_decoder("cvae", C, 1, 32, 4).state_dict())
         assert not any(k.startswith("encoder") for k in up.state_dict)
@@ -161,12 +150,12 @@ def test_upload_is_decoder_only_and_counts(tiny: dict) -> None:
     # the encoder's Linear layers (500×260, 8×500) have no counterpart in the decoder
     encoder_shapes = {tuple(v.shape) for k, v in build_cvae("cvae", C, 1, 32, 4).state_dict()
                       .items() if k.startswith("encoder.fc") and v.dim() == 2}
-    for up in tiny["uploads"]:
+    for up in fedcvae_tiny["uploads"]:
         assert not encoder_shapes & {tuple(v.shape) for v in up.state_dict.values()}
 
 
-def test_decoder_upload_validation(tiny: dict) -> None:
-    good = tiny["uploads"][0]
+def test_decoder_upload_validation(fedcvae_tiny: dict) -> None:
+    good = fedcvae_tiny["uploads"][0]
     validate_decoder_upload(good)
     bad_cases = {
         "unknown CVAE variant": dataclasses.replace(good, arch="vae9000"),
@@ -191,12 +180,13 @@ def test_decoder_upload_validation(tiny: dict) -> None:
                        C, 1, 32, 10)
     validate_upload(clf)
     with pytest.raises(UploadError, match="kind='decoder'"):
-        run_ens([clf], FedCVAEEnsConfig(num_samples=8, classifier_epochs=1), context(tiny))
+        run_ens([clf], FedCVAEEnsConfig(num_samples=8, classifier_epochs=1),
+                fedcvae_tiny["context"]())
 
 
-def test_cache_reuses_decoders_and_noise_does_not_retrain(tiny: dict, tmp_path) -> None:
-    ds, part = tiny["ds"], tiny["part"]
-    cfg = dataclasses.replace(tiny["cfg"], epochs=1)
+def test_cache_reuses_decoders_and_noise_does_not_retrain(fedcvae_tiny: dict, tmp_path) -> None:
+    ds, part = fedcvae_tiny["ds"], fedcvae_tiny["part"]
+    cfg = dataclasses.replace(fedcvae_tiny["cfg"], epochs=1)
     cache = UploadCache(tmp_path)
     first = train_cvae_clients(ds, part, cfg, seed=5, cache=cache, workers=1, progress=False)
     assert cache.misses == 4 and len(cache) == 4
@@ -211,12 +201,12 @@ def test_cache_reuses_decoders_and_noise_does_not_retrain(tiny: dict, tmp_path) 
     assert len(cache) == 8  # the encoder's conditioning changes the decoder: a new entry
 
 
-def test_uploads_carry_no_training_images(tiny: dict) -> None:
+def test_uploads_carry_no_training_images(fedcvae_tiny: dict) -> None:
     """No uploaded tensor is (a reshaped copy of) a training image."""
-    train = F.normalize(tiny["ds"].x_train.float().flatten(1), dim=1)
-    for up in tiny["uploads"]:
+    train = F.normalize(fedcvae_tiny["ds"].x_train.float().flatten(1), dim=1)
+    for up in fedcvae_tiny["uploads"]:
         for v in up.state_dict.values():
             if v.numel() % 1024 == 0 and v.is_floating_point():
                 rows = F.normalize(v.reshape(-1, 1024).float(), dim=1)
                 assert (rows @ train.T).max() < 0.99
-    decoder_from_upload(tiny["uploads"][0])  # and each loads into a plain decoder
+    decoder_from_upload(fedcvae_tiny["uploads"][0])  # and each loads into a plain decoder

@@ -33,23 +33,11 @@ from ofl_core.fedcvae.server import (
     run_kd,
     run_param_avg,
 )
-from ofl_core.methods import METHODS, ServerContext, method_config, run_method
-from ofl_core.models.cvae import (
-    truncated_normal,
-)
+from ofl_core.methods import METHODS, method_config, run_method
+from ofl_core.models.cvae import truncated_normal
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny(fedcvae_tiny: dict) -> dict:
-    return fedcvae_tiny
-
-
-def context(tiny: dict, seed: int = 0) -> ServerContext:
-    """A server context whose only access to the test set is the evaluate callback."""
-    return tiny["context"](seed)
 
 
 @pytest.mark.parametrize("width", [1.0, 2.0, 3.0])
@@ -116,10 +104,10 @@ def test_allocation() -> None:
     assert allocate_samples([1, 1, 1], 100, "proportional") == [33, 33, 34]
 
 
-def test_ens_and_kd_beat_chance_from_decoders_only(tiny: dict) -> None:
+def test_ens_and_kd_beat_chance_from_decoders_only(fedcvae_tiny: dict) -> None:
     """Trained clients, then the training data is out of reach: the server sees only the
     uploads and a context whose single test-set access is ``evaluate``."""
-    uploads, ctx = tiny["uploads"], context(tiny)
+    uploads, ctx = fedcvae_tiny["uploads"], fedcvae_tiny["context"]()
     ens = run_ens(uploads, FedCVAEEnsConfig(num_samples=400, classifier_epochs=2), ctx)
     assert ens.method == "fedcvae-ens" and len(ens.curve) == 2
     assert ens.last_acc is not None and ens.last_acc > 80.0  # chance is 25 %
@@ -138,25 +126,26 @@ def test_ens_and_kd_beat_chance_from_decoders_only(tiny: dict) -> None:
     assert bad.last_acc is not None and bad.last_acc < ens.last_acc - 30
 
 
-def test_param_avg_and_t6_names(tiny: dict) -> None:
-    ctx = context(tiny)
+def test_param_avg_and_t6_names(fedcvae_tiny: dict) -> None:
+    ctx = fedcvae_tiny["context"]()
     cfg = FedCVAEKDConfig(num_samples=200, classifier_epochs=1, kd_samples=200, kd_epochs=1)
-    res = run_param_avg(tiny["uploads"], cfg, ctx)
+    res = run_param_avg(fedcvae_tiny["uploads"], cfg, ctx)
     assert res.method == "param-avg" and "kd_loss" not in res.extras
     avg = res.extras["server_decoder"]["fc.weight"]
-    manual = torch.stack([u.state_dict["fc.weight"] for u in tiny["uploads"]]).mean(0)
+    manual = torch.stack([u.state_dict["fc.weight"] for u in fedcvae_tiny["uploads"]]).mean(0)
     assert torch.allclose(avg, manual, atol=1e-6)  # equal n_k: weighted = plain mean
-    assert run_method("kd", tiny["uploads"], cfg, ctx).method == "kd"
-    assert run_kd(tiny["uploads"], dataclasses.replace(cfg, aggregation="param_avg"),
+    assert run_method("kd", fedcvae_tiny["uploads"], cfg, ctx).method == "kd"
+    assert run_kd(fedcvae_tiny["uploads"], dataclasses.replace(cfg, aggregation="param_avg"),
                   ctx).method == "param-avg"
 
 
-def test_eval_every_matches_the_distillation_methods(tiny: dict) -> None:
+def test_eval_every_matches_the_distillation_methods(fedcvae_tiny: dict) -> None:
     """``eval_every`` = k: a curve point after every k-th epoch and after the last one; 0: the
     last epoch only (the former ``eval_each_epoch=False``)."""
-    ctx = context(tiny)
+    ctx = fedcvae_tiny["context"]()
     base = FedCVAEEnsConfig(num_samples=100, classifier_epochs=3)
-    curves = {k: run_ens(tiny["uploads"], dataclasses.replace(base, eval_every=k), ctx).curve
+    uploads = fedcvae_tiny["uploads"]
+    curves = {k: run_ens(uploads, dataclasses.replace(base, eval_every=k), ctx).curve
               for k in (0, 1, 2)}
     assert [len(curves[k]) for k in (0, 1, 2)] == [1, 3, 2]
     assert curves[0] == curves[1][-1:] and curves[2] == [curves[1][1], curves[1][2]]
@@ -169,13 +158,13 @@ def test_eval_every_matches_the_distillation_methods(tiny: dict) -> None:
     assert (code.allocation, code.eval_every) == ("proportional", 0)
 
 
-def test_heterogeneous_cvaes(tiny: dict) -> None:
-    ds, part = tiny["ds"], tiny["part"]
+def test_heterogeneous_cvaes(fedcvae_tiny: dict) -> None:
+    ds, part = fedcvae_tiny["ds"], fedcvae_tiny["part"]
     variants = ["cvae", "cvae_small", "cvae", "cvae_small"]
-    cfgs = [dataclasses.replace(tiny["cfg"], variant=v, epochs=1) for v in variants]
+    cfgs = [dataclasses.replace(fedcvae_tiny["cfg"], variant=v, epochs=1) for v in variants]
     uploads = train_cvae_clients(ds, part, cfgs, seed=0, workers=1, progress=False)
     assert [u.arch for u in uploads] == variants
-    ctx = context(tiny)
+    ctx = fedcvae_tiny["context"]()
     cfg = FedCVAEKDConfig(num_samples=64, classifier_epochs=1, kd_samples=64, kd_epochs=1)
     assert run_kd(uploads, cfg, ctx).last_acc is not None
     with pytest.raises(ValueError, match="mix"):
@@ -188,15 +177,15 @@ def test_heterogeneous_cvaes(tiny: dict) -> None:
     run_ens(mixed_d, FedCVAEEnsConfig(num_samples=64, classifier_epochs=1), ctx)  # Ens: fine
 
 
-def test_security_shift_attacker_without_mu(tiny: dict) -> None:
-    ds, part = tiny["ds"], tiny["part"]
+def test_security_shift_attacker_without_mu(fedcvae_tiny: dict) -> None:
+    ds, part = fedcvae_tiny["ds"], fedcvae_tiny["part"]
     mu = secret_prior_mean(4, scale=20.0, seed=3)
     assert secret_prior_mean(4, 0.0, seed=3) == (0.0,) * 4  # ⚑ authors' code: μ = 0
-    cfg = dataclasses.replace(tiny["cfg"], prior_mean=mu)
+    cfg = dataclasses.replace(fedcvae_tiny["cfg"], prior_mean=mu)
     uploads = train_cvae_clients(ds, part, cfg, seed=0, workers=1, progress=False)
     for up in uploads:  # μ is not in the upload
         assert "prior_mean" not in up.state_dict and "prior_mean" not in up.model_kwargs
-    res = security_experiment(uploads, mu, bounds=(1.0,), ctx=context(tiny),
+    res = security_experiment(uploads, mu, bounds=(1.0,), ctx=fedcvae_tiny["context"](),
                               cfg=FedCVAEEnsConfig(num_samples=400, classifier_epochs=2))
     assert res.server_acc > 80.0
     assert res.attacker_acc[1.0] < res.server_acc - 30  # U(−1, 1) misses N(μ, I)
