@@ -54,6 +54,7 @@ from .sampling import (
 from .uploads import load_decoders
 
 __all__ = [
+    "ClassifierServerConfig",
     "FedCVAEEnsConfig",
     "FedCVAEKDConfig",
     "FedCVAEParamAvgConfig",
@@ -64,26 +65,39 @@ __all__ = [
     "run_param_avg",
 ]
 
-_Config = TypeVar("_Config", bound="_ClassifierServerFields")
+_Config = TypeVar("_Config", bound="ClassifierServerConfig")
 
 
-class _ClassifierServerFields:
-    """What FedCVAE-Ens and -KD configs share: checks of the classifier-side fields and the
-    presets (⚑ authors' code: proportional allocation, McMahan CNN without conv ReLU)."""
+@dataclass(frozen=True)
+class ClassifierServerConfig:
+    """The fields FedCVAE-Ens and -KD share: the server classifier trained on decoded samples
+    (Alg. 1 lines 9–12, Alg. 2; Tables 3/4). ``None`` = the value for ``dataset``.
 
-    dataset: str
-    num_samples: int
-    classifier_epochs: int | None
-    trunc_width: float | None
-    classifier_lr: float
-    batch_size: int
-    classifier_arch: str
-    allocation: Allocation
-    eval_every: int
-    preset: str
+    - ``num_samples`` n_C = 5000; ``classifier_epochs`` T_C (10/5/5 for MNIST/FMNIST/SVHN);
+      ``trunc_width``: the z width of the classifier's samples.
+    - ⚑ ``allocation``: "equal" = ⌊n/m⌋ samples per client (Alg. 1 line 3, Alg. 2 line 4,
+      paper); "proportional" = n·n_k/n per client, the remainder to the last client (authors'
+      code).
+    - ⚑ ``conv_relu``: McMahan CNN with ReLU after its convolutions (paper) or without (code).
+    - ``prior_mean``: the secret prior centre μ the server samples around (security shift).
+    - ``eval_every``: evaluate the classifier after every k-th epoch and after the last one
+      (the test-accuracy curve; 0 = after the last epoch only).
+    """
 
-    def check_classifier_fields(self) -> None:
-        """Raise ValueError for an invalid classifier-side field."""
+    dataset: str = "fmnist"
+    num_samples: int = 5000
+    classifier_epochs: int | None = None
+    trunc_width: float | None = None
+    classifier_lr: float = 1e-3
+    batch_size: int = 32
+    classifier_arch: str = "mcmahan_cnn"
+    conv_relu: bool = True
+    allocation: Allocation = "equal"
+    prior_mean: tuple[float, ...] | None = None
+    eval_every: int = 1
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
         check_preset(self.preset)
         fedcvae_hparams(self.dataset)  # raises for a dataset without a Table 4 column
         if self.num_samples < 1:
@@ -111,39 +125,15 @@ class _ClassifierServerFields:
         """Paper defaults, or ⚑ the authors' code (proportional allocation, no conv ReLU)."""
         check_preset(preset)
         code = preset == "authors_code"
-        base = cls(allocation="proportional" if code else "equal",  # type: ignore[call-arg]
-                   conv_relu=not code, preset=preset)
-        return replace(base, **overrides)  # type: ignore[type-var]
+        base = cls(allocation="proportional" if code else "equal", conv_relu=not code,
+                   preset=preset)
+        return replace(base, **overrides)
 
 
 @dataclass(frozen=True)
-class FedCVAEEnsConfig(_ClassifierServerFields):
-    """FedCVAE-Ens server (Alg. 2; Tables 3/4). ``None`` = the value for ``dataset``.
-
-    - ``num_samples`` n_C = 5000; ``classifier_epochs`` T_C (10/5/5); ``trunc_width`` ±3 std.
-    - ⚑ ``allocation``: "equal" = ⌊n_C/m⌋ samples per client (Alg. 2 line 4, paper);
-      "proportional" = n_C·n_k/n per client, the remainder to the last client (authors' code).
-    - ⚑ ``conv_relu``: McMahan CNN with ReLU after its convolutions (paper) or without (code).
-    - ``prior_mean``: the secret prior centre μ the server samples around (security shift).
-    - ``eval_every``: evaluate the classifier after every k-th epoch and after the last one
-      (the test-accuracy curve; 0 = after the last epoch only).
-    """
-
-    dataset: str = "fmnist"
-    num_samples: int = 5000
-    classifier_epochs: int | None = None
-    trunc_width: float | None = None
-    classifier_lr: float = 1e-3
-    batch_size: int = 32
-    classifier_arch: str = "mcmahan_cnn"
-    conv_relu: bool = True
-    allocation: Allocation = "equal"
-    prior_mean: tuple[float, ...] | None = None
-    eval_every: int = 1
-    preset: str = "paper"
-
-    def __post_init__(self) -> None:
-        self.check_classifier_fields()
+class FedCVAEEnsConfig(ClassifierServerConfig):
+    """FedCVAE-Ens server (Alg. 2; Tables 3/4): the fields of :class:`ClassifierServerConfig`;
+    ``trunc_width`` ±3 std (Table 4's Ens row)."""
 
     def resolved(self) -> FedCVAEEnsConfig:
         """A copy with every ``None`` replaced by Table 4's value for ``dataset``."""
@@ -157,43 +147,30 @@ class FedCVAEEnsConfig(_ClassifierServerFields):
 
 
 @dataclass(frozen=True)
-class FedCVAEKDConfig(_ClassifierServerFields):
+class FedCVAEKDConfig(ClassifierServerConfig):
     """FedCVAE-KD server (§3.2 Alg. 1; Tables 3/4). ``None`` = the value for ``dataset``.
 
     - ``kd_samples`` n_D = 5000 (z, y, x̂) triples; ``kd_epochs`` T_D (7/10/80); ``kd_lr``
       η_D = 0.01 (Adam); ``kd_trunc_width``: z width for the triples (Table 4's KD row,
       ±1/±2/±3 — the width "used for sampling from client decoders").
-    - ``num_samples`` n_C = 5000; ``classifier_epochs`` T_C (10/5/5); ``trunc_width``: z width
-      when sampling the server decoder (Table 4's KD row; the authors' code uses one width for
-      both samplings).
+    - the classifier fields of :class:`ClassifierServerConfig`; ``trunc_width``: z width when
+      sampling the server decoder (Table 4's KD row; the authors' code uses one width for both
+      samplings).
     - ``server_variant``: the server decoder's architecture (the standard CVAE decoder).
     - ``aggregation``: "kd" (Alg. 1) or "param_avg" (Table 6 ablation: average the client
       decoders' parameters; homogeneous clients only), weighted by n_k if ``avg_weighted``.
-    - ⚑ ``allocation``, ⚑ ``conv_relu`` and ``eval_every`` as in :class:`FedCVAEEnsConfig`.
     """
 
-    dataset: str = "fmnist"
     kd_samples: int = 5000
     kd_epochs: int | None = None
     kd_lr: float = 0.01
     kd_trunc_width: float | None = None
-    num_samples: int = 5000
-    classifier_epochs: int | None = None
-    trunc_width: float | None = None
-    classifier_lr: float = 1e-3
-    batch_size: int = 32
-    classifier_arch: str = "mcmahan_cnn"
-    conv_relu: bool = True
-    allocation: Allocation = "equal"
     server_variant: str = "cvae"
     aggregation: Literal["kd", "param_avg"] = "kd"
     avg_weighted: bool = True
-    prior_mean: tuple[float, ...] | None = None
-    eval_every: int = 1
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
-        self.check_classifier_fields()
+        super().__post_init__()
         if self.kd_samples < 1:
             raise ValueError(f"kd_samples (n_D) must be ≥ 1 (got {self.kd_samples})")
         if not self.kd_lr > 0:
