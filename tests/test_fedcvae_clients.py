@@ -17,24 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from ofl_core.clients import ClientUpload, UploadError, validate_upload
-from ofl_core.fedcvae.clients import (
-    heterogeneous_variants,
-    noisy_label_counts,
-    train_cvae_clients,
-)
-from ofl_core.fedcvae.server import (
-    FedCVAEEnsConfig,
-    run_ens,
-)
+from ofl_core.fedcvae.clients import heterogeneous_variants, noisy_label_counts, train_cvae_clients
+from ofl_core.fedcvae.server import FedCVAEEnsConfig, run_ens
 from ofl_core.fedcvae.uploads import decoder_from_upload, validate_decoder_upload
 from ofl_core.models import build_model
-from ofl_core.models.cvae import (
-    CVAE,
-    build_cvae,
-    build_decoder,
-    kl_divergence,
-    reconstruction_loss,
-)
+from ofl_core.models.cvae import CVAE, build_cvae, build_decoder, kl_divergence, reconstruction_loss
 from ofl_core.upload_cache import UploadCache
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
