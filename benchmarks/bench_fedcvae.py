@@ -25,26 +25,15 @@ import torch
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
-from ofl_core.fedcvae_clients import (
-    CVAETrainConfig,
-    cvae_init_seed,
-    decoder_from_upload,
-    fedcvae_hparams,
-    make_decoder_upload,
-    train_cvae,
-)
+from ofl_core.fedcvae.classifier import distill_decoder, train_classifier
+from ofl_core.fedcvae.clients import CVAETrainConfig, make_decoder_upload, train_cvae
+from ofl_core.fedcvae.hparams import fedcvae_hparams
+from ofl_core.fedcvae.sampling import allocate_samples, sample_client_decoders, truncated_sampler
+from ofl_core.fedcvae.server import FedCVAEEnsConfig, FedCVAEKDConfig
+from ofl_core.fedcvae.uploads import decoder_from_upload
 from ofl_core.methods import ServerContext
-from ofl_core.methods.fedcvae import (
-    FedCVAEEnsConfig,
-    FedCVAEKDConfig,
-    allocate_samples,
-    distill_decoder,
-    sample_client_decoders,
-    train_classifier,
-    truncated_sampler,
-)
 from ofl_core.models.cvae import build_decoder, truncated_normal
-from ofl_core.seeds import client_seed
+from ofl_core.seeds import client_seed, cvae_init_seed
 
 
 def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:

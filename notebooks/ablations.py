@@ -73,7 +73,7 @@ import pandas as pd
 
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
-from ofl_core.fedcvae_experiment import fedcvae_data_settings, run_fedcvae_experiment
+from ofl_core.fedcvae.experiment import fedcvae_data_settings, run_fedcvae_experiment
 from ofl_core.methods.dense import ABLATIONS, DenseConfig
 from ofl_core.plots import plot_accuracy_vs, plot_grouped_bars, plot_paper_vs_ours, save_figure
 from ofl_core.results import compare_with_paper, paper_results, record, records_frame

@@ -65,7 +65,7 @@ figures_dir = "../figures/cvae_security_shift"
 
 # %%
 from ofl_core.experiment import ExperimentConfig
-from ofl_core.fedcvae_experiment import fedcvae_data_settings
+from ofl_core.fedcvae.experiment import fedcvae_data_settings
 from ofl_core.plots import save_figure
 from ofl_core.results import record
 from ofl_core.sections import cvae_security_shift as sec

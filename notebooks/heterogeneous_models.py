@@ -70,8 +70,8 @@ import dataclasses
 
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
-from ofl_core.fedcvae_clients import heterogeneous_variants
-from ofl_core.fedcvae_experiment import (
+from ofl_core.fedcvae.clients import heterogeneous_variants
+from ofl_core.fedcvae.experiment import (
     client_config,
     fedcvae_data_settings,
     setup_fedcvae_experiment,

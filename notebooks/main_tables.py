@@ -72,7 +72,7 @@ from IPython.display import display
 
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedcvae_experiment import fedcvae_data_settings, fedcvae_runs
+from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
 from ofl_core.plots import save_paper_vs_ours
 from ofl_core.results import paper_methods, paper_results, record
 from ofl_core.tables import Run, Serves, run_tables, server_settings

@@ -75,7 +75,7 @@ def _classifier_upload(k: int, state: State, dataset: ImageDataset, partition: P
 
 
 def _train_decoder(job: ClientJob) -> State:
-    from .fedcvae_clients import train_cvae
+    from .fedcvae.clients import train_cvae
 
     state, _ = train_cvae(job.x, job.y, job.cfg, job.num_classes,
                           client_seed(job.seed, job.client_id),
@@ -86,7 +86,7 @@ def _train_decoder(job: ClientJob) -> State:
 
 def _decoder_key(dataset: ImageDataset, partition: Partition, k: int, cfg: Any, seed: int,
                  init_hash: str | None) -> dict:
-    from .fedcvae_clients import cvae_key_payload
+    from .fedcvae.clients import cvae_key_payload
 
     if init_hash is not None:
         raise ValueError("FedCVAE clients train once from their own initialisation; "
@@ -96,7 +96,7 @@ def _decoder_key(dataset: ImageDataset, partition: Partition, k: int, cfg: Any, 
 
 def _decoder_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,
                     cfg: Any, seed: int) -> ClientUpload:
-    from .fedcvae_clients import make_decoder_upload
+    from .fedcvae.clients import make_decoder_upload
 
     return make_decoder_upload(k, state, partition.counts[k], cfg, dataset.num_classes,
                                dataset.channels, dataset.image_size, seed)
@@ -119,7 +119,7 @@ def client_kind(cfg: Any) -> ClientKind:
     """The kind of client a training config makes (classifier or FedCVAE decoder)."""
     if isinstance(cfg, LocalTrainConfig):
         return CLASSIFIER
-    from .fedcvae_clients import CVAETrainConfig
+    from .fedcvae.clients import CVAETrainConfig
 
     if isinstance(cfg, CVAETrainConfig):
         return DECODER

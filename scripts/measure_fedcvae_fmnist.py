@@ -27,11 +27,11 @@ import time
 
 import torch
 
-from ofl_core.client_training import train_clients
+from ofl_core.clients import train_clients
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
-from ofl_core.fedcvae_clients import CVAETrainConfig, baseline_local_config
+from ofl_core.fedcvae.clients import CVAETrainConfig, baseline_local_config, train_cvae_clients
 from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.upload_cache import UploadCache
 
@@ -71,7 +71,7 @@ def main() -> None:
             for which, methods in (("ens", ["fedcvae-ens"]), ("kd", ["fedcvae-kd", "param-avg"])):
                 t = time.perf_counter()
                 cfg = CVAETrainConfig.for_dataset("fmnist", which, preset)
-                ups = train_clients(
+                ups = train_cvae_clients(
                     ds, part, cfg, seed, cache=cache, workers="auto", progress=False
                 )
                 log(

@@ -36,3 +36,62 @@ def tiny_dataset():
     xte, yte = make(200)
     return ImageDataset("tiny", xtr, ytr, xte, yte, num_classes=4,
                         classes=("a", "b", "c", "d"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest (and reproducibly) on one thread; restored after the module.
+    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def fedcvae_synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """4 classes, 32×32: class c = a bright 10×10 square in quadrant c (±2 px jitter) on a dark
+    noisy image."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % 4
+    x = torch.rand(n, 1, 32, 32, generator=g) * 40
+    corner = torch.tensor([(3, 3), (3, 19), (19, 3), (19, 19)])[y]
+    corner = corner + torch.randint(-2, 3, (n, 2), generator=g)
+    rows, cols = torch.arange(32).view(1, 32, 1), torch.arange(32).view(1, 1, 32)
+    r0, c0 = corner[:, 0].view(n, 1, 1), corner[:, 1].view(n, 1, 1)
+    mask = (rows >= r0) & (rows < r0 + 10) & (cols >= c0) & (cols < c0 + 10)
+    bright = 200 + 55 * torch.rand(n, 1, 1, generator=g)
+    x[:, 0] = torch.where(mask, bright, x[:, 0])
+    return x.round().clamp(0, 255).to(torch.uint8), y
+
+
+@pytest.fixture(scope="session")
+def fedcvae_tiny() -> dict:
+    """FedCVAE clients on :func:`fedcvae_synthetic` (4 clients, one class each: extreme label
+    skew), trained once on one thread: the dataset, partition, CVAE config, decoder uploads, the
+    test set and ``"context"``: ``fedcvae_tiny["context"](seed=0)`` is a server context whose
+    only access to the test set is the evaluate callback."""
+    from ofl_core.client_training import train_clients
+    from ofl_core.data.datasets import ImageDataset
+    from ofl_core.data.partition import make_partition
+    from ofl_core.evaluate import accuracy
+    from ofl_core.fedcvae.clients import CVAETrainConfig
+    from ofl_core.methods import ServerContext
+
+    xtr, ytr = fedcvae_synthetic(240, 0)
+    xte, yte = fedcvae_synthetic(200, 1)
+    ds = ImageDataset("synthetic", xtr, ytr, xte, yte, 4)
+    part = make_partition(ytr.numpy(), 4, "classes_per_client", classes_per_client=1, seed=0)
+    cfg = CVAETrainConfig(latent_dim=4, epochs=8, batch_size=16, lr=3e-3)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        uploads = train_clients(ds, part, cfg, seed=0, workers=1, progress=False)
+    finally:
+        torch.set_num_threads(old)
+
+    def context(seed: int = 0) -> ServerContext:
+        return ServerContext(num_classes=4, in_channels=1, image_size=32, seed=seed,
+                             evaluate=lambda model: accuracy(model, xte, yte), progress=False)
+
+    return {"ds": ds, "part": part, "cfg": cfg, "uploads": uploads, "x_test": xte,
+            "y_test": yte, "context": context}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -17,21 +16,21 @@ from ofl_core.clients import LocalTrainConfig
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, setup_experiment
-from ofl_core.fedcvae_clients import CVAETrainConfig, secret_prior_mean
-from ofl_core.fedcvae_experiment import (
+from ofl_core.fedcvae.clients import CVAETrainConfig, secret_prior_mean
+from ofl_core.fedcvae.experiment import (
     client_config,
-    client_decoder_samples,
-    decode_classes,
     fedcvae_data_settings,
     run_fedcvae_experiment,
     run_security,
-    server_decoder,
 )
+from ofl_core.fedcvae.samples import client_decoder_samples, decode_classes, server_decoder
+from ofl_core.fedcvae.sampling import truncated_sampler, uniform_sampler
+from ofl_core.fedcvae.server import FedCVAEEnsConfig
 from ofl_core.methods import method_config
-from ofl_core.methods.fedcvae import FedCVAEEnsConfig, truncated_sampler, uniform_sampler
 from ofl_core.plots import plot_accuracy_vs
 
 C = 4
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,14 +43,6 @@ def synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     mask = (rows >= r0) & (rows < r0 + 10) & (cols >= c0) & (cols < c0 + 10)
     x[:, 0] = torch.where(mask, torch.full_like(x[:, 0], 230.0), x[:, 0])
     return x.round().clamp(0, 255).to(torch.uint8), y
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

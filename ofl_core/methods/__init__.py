@@ -1,5 +1,6 @@
 """Server methods: each module has a ``<Name>Config`` (paper defaults + ``preset``) and
-``run(uploads, cfg, ctx) -> ServerResult``. :data:`METHODS` maps a method name to both."""
+``run(uploads, cfg, ctx) -> ServerResult``. :data:`METHODS` maps a method name to both.
+FedCVAE's servers live in their own package, :mod:`ofl_core.fedcvae.server`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import torch
 
 from ..cpu_memory import large_blocks_from_heap
-from . import adi, dafl, dense, ensemble, fedavg, fedcvae, feddf, fedhydra, fedoneshot, ot_fusion
+from ..fedcvae import server as fedcvae_server
+from . import adi, dafl, dense, ensemble, fedavg, feddf, fedhydra, fedoneshot, ot_fusion
 from .base import ServerContext, ServerResult, check_homogeneous
 
 #: method name -> (config class, run function)
@@ -17,10 +19,10 @@ METHODS: dict[str, tuple[type, Callable[..., ServerResult]]] = {
     "fedavg": (fedavg.FedAvgConfig, fedavg.run),
     "fedoneshot": (fedoneshot.FedOneShotConfig, fedoneshot.run),
     "ensemble": (ensemble.EnsembleConfig, ensemble.run),
-    "fedcvae-ens": (fedcvae.FedCVAEEnsConfig, fedcvae.run_ens),
-    "fedcvae-kd": (fedcvae.FedCVAEKDConfig, fedcvae.run_kd),
-    "param-avg": (fedcvae.FedCVAEParamAvgConfig, fedcvae.run_param_avg),
-    "kd": (fedcvae.FedCVAEKDConfig, fedcvae.run_kd_t6),
+    "fedcvae-ens": (fedcvae_server.FedCVAEEnsConfig, fedcvae_server.run_ens),
+    "fedcvae-kd": (fedcvae_server.FedCVAEKDConfig, fedcvae_server.run_kd),
+    "param-avg": (fedcvae_server.FedCVAEParamAvgConfig, fedcvae_server.run_param_avg),
+    "kd": (fedcvae_server.FedCVAEKDConfig, fedcvae_server.run_kd_t6),
     "dense": (dense.DenseConfig, dense.run),
     "fed-dafl": (dafl.FedDAFLConfig, dafl.run),
     "fed-adi": (adi.FedADIConfig, adi.run),

@@ -23,7 +23,7 @@ divided by the batch size. KL is KL(N(μ, σ²) ‖ N(μ₀, I)) summed over lat
 averaged over the batch; μ₀ = 0 except for the security shift (§3.3), where the prior is N(μ₀, I).
 
 The upload of a FedCVAE client is ``cvae.decoder.state_dict()`` only (see
-:mod:`ofl_core.fedcvae_clients`); :func:`build_decoder` rebuilds a decoder on the server side.
+:mod:`ofl_core.fedcvae.clients`); :func:`build_decoder` rebuilds a decoder on the server side.
 """
 
 from __future__ import annotations

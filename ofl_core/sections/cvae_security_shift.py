@@ -13,17 +13,12 @@ import torch
 from matplotlib.figure import Figure
 
 from ..experiment import ExperimentConfig, Setup, configure_methods, setup_experiment
-from ..fedcvae_clients import secret_prior_mean
-from ..fedcvae_experiment import (
-    client_config,
-    client_decoder_samples,
-    decode_classes,
-    fedcvae_runs,
-    run_security,
-    server_decoder,
-)
+from ..fedcvae.clients import secret_prior_mean
+from ..fedcvae.experiment import client_config, fedcvae_runs, run_security
+from ..fedcvae.samples import client_decoder_samples, decode_classes, server_decoder
+from ..fedcvae.sampling import truncated_sampler, uniform_sampler
+from ..fedcvae.security import FedCVAESecurityConfig
 from ..methods import method_config
-from ..methods.fedcvae import FedCVAESecurityConfig, truncated_sampler, uniform_sampler
 from ..plots import plot_accuracy_vs, plot_image_grid, save_figure
 from ..results import ResultRecord, paper_results, records_frame
 from ..tables import Run, Serves, Tables, run_tables

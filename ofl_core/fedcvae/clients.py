@@ -1,14 +1,15 @@
 """FedCVAE client side (SPEC §3; FedCVAE Alg. 3, §3.2, §3.3, App. C Tables 3/4/8).
 
 A FedCVAE client trains a CVAE on its data (Adam lr 1e-3, batch 32, T_L epochs, loss = negated
-Eq. 1) and uploads **its decoder only** plus its label counts: a :class:`ClientUpload` with
-``kind="decoder"``, ``arch`` = the CVAE variant, ``model_kwargs={"latent_dim": d}``. The encoder
-never leaves the client. Optional extensions: label-count noise before upload (Table 8) and a
-secret prior mean μ (security shift, §3.3).
+Eq. 1, :func:`cvae_loss`) and uploads **its decoder only** plus its label counts: a
+:class:`~ofl_core.clients.ClientUpload` with ``kind="decoder"``, ``arch`` = the CVAE variant,
+``model_kwargs={"latent_dim": d}``. The encoder never leaves the client. Optional extensions:
+label-count noise before upload (Table 8) and a secret prior mean μ (security shift, §3.3).
 
-This module also holds the per-dataset hyperparameters of Tables 3/4 (:data:`FEDCVAE_HPARAMS`)
-and the local-training configs of FedCVAE's own FedAvg/FedOneShot baselines
-(:func:`baseline_local_config`), so every FedCVAE number lives in one place.
+This module also holds the local-training configs of FedCVAE's own FedAvg/FedOneShot baselines
+(:func:`baseline_local_config`); Table 4's per-dataset values live in
+:mod:`ofl_core.fedcvae.hparams`. The server checks uploads with
+:mod:`ofl_core.fedcvae.uploads`.
 """
 
 from __future__ import annotations
@@ -22,55 +23,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .clients import (
+from ..clients import (
     ClientUpload,
     LocalTrainConfig,
-    build_from_upload,
-    validate_upload,
 )
-from .data.datasets import ImageDataset
-from .data.partition import Partition
-from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_cvae
-from .presets import check_preset
-from .seeds import client_seed
-
-
-@dataclass(frozen=True)
-class FedCVAEHParams:
-    """One dataset's column of FedCVAE Table 4 (Table 3's shared values are config defaults)."""
-
-    fedavg_local_epochs: int
-    fedoneshot_local_epochs: int
-    cvae_local_epochs: int
-    ens_latent_dim: int
-    ens_classifier_epochs: int
-    ens_trunc_width: float
-    kd_latent_dim: int
-    kd_classifier_epochs: int
-    kd_decoder_epochs: int
-    kd_trunc_width: float
-
-
-#: FedCVAE Table 4, per dataset (MNIST, FashionMNIST, SVHN).
-FEDCVAE_HPARAMS: dict[str, FedCVAEHParams] = {
-    "mnist": FedCVAEHParams(10, 15, 15, 10, 10, 3.0, 10, 10, 7, 1.0),
-    "fmnist": FedCVAEHParams(10, 15, 25, 10, 5, 3.0, 100, 5, 10, 2.0),
-    "svhn": FedCVAEHParams(5, 10, 50, 10, 5, 3.0, 10, 5, 80, 3.0),
-}
-
-
-def fedcvae_hparams(dataset: str) -> FedCVAEHParams:
-    """Table 4 column of ``dataset`` ("mnist", "fmnist", "svhn"; "fmnist_embedded" and a
-    resized name like "fmnist@32" map to their paper dataset)."""
-    key = dataset.split("@")[0].lower()
-    key = {"fmnist_embedded": "fmnist", "fashionmnist": "fmnist", "fashion": "fmnist"}.get(key, key)
-    if key not in FEDCVAE_HPARAMS:
-        raise ValueError(
-            f"dataset: FedCVAE's Table 4 has no column for {dataset!r}; choose one of "
-            f"{', '.join(FEDCVAE_HPARAMS)} (the settings of the closest dataset can be passed "
-            "field by field)"
-        )
-    return FEDCVAE_HPARAMS[key]
+from ..data.datasets import ImageDataset
+from ..data.partition import Partition
+from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
+from ..presets import check_preset
+from ..seeds import client_seed
+from .hparams import fedcvae_hparams
 
 
 def baseline_local_config(dataset: str, method: Literal["fedavg", "fedoneshot"],
@@ -220,12 +182,23 @@ def noisy_label_counts(counts: Sequence[int] | np.ndarray, gamma: float,
     return tuple(int(v) for v in (c + noise).clamp_(min=0.0).round().long())
 
 
+def cvae_loss(model: CVAE, x: torch.Tensor, y: torch.Tensor, beta: float,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """The client's training loss, the negated ELBO of FedCVAE Eq. 1:
+    ℓ(w^k; x, y) = g(D_θ(z, y), x) + β·KL(q_φ(z | x, y) ‖ N(μ, I)), z = μ_φ + σ_φ·ε, where g is
+    the reconstruction loss (BCE for grayscale, MSE for RGB, §4.1), μ the prior centre (0, or the
+    secret μ of §3.3) and ε drawn from ``generator``; averaged over the batch."""
+    loss, _, _ = model.loss(x, y, beta, generator)
+    return loss
+
+
 def train_cvae(
     x: torch.Tensor, y: torch.Tensor, cfg: CVAETrainConfig, num_classes: int, seed: int,
     init_seed: int, device: str | torch.device = "cpu", progress: bool = True,
     desc: str = "cvae",
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
-    """Train one client's CVAE (Alg. 3) on uint8 images ``x`` and labels ``y``.
+    """Train one client's CVAE (Alg. 3: Adam on :func:`cvae_loss`, Eq. 1) on uint8 images ``x``
+    and labels ``y``.
 
     Returns (decoder state_dict on the CPU, mean training loss per epoch). Data stays a device
     tensor; batch order and reparameterisation noise come from a generator seeded ``seed``.
@@ -247,7 +220,7 @@ def train_cvae(
         total = torch.zeros((), device=dev)
         for s in range(steps):
             idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            loss, _, _ = model.loss(xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
+            loss = cvae_loss(model, xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -292,15 +265,3 @@ def make_decoder_upload(
         num_samples=int(sum(up_counts)), model_kwargs={"latent_dim": cfg.latent_dim},
         label_counts=up_counts, kind="decoder",
     )
-
-
-def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
-    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant
-    (:func:`ofl_core.clients.validate_upload` with ``kind="decoder"``)."""
-    return validate_upload(upload, "decoder")  # type: ignore[return-value]
-
-
-def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"
-                        ) -> CVAEDecoder:
-    """Validate a decoder upload and return the decoder, frozen (eval mode, no gradients)."""
-    return build_from_upload(upload, device, "decoder")  # type: ignore[return-value]

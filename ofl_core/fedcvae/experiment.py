@@ -1,22 +1,19 @@
-"""FedCVAE experiments on the shared orchestration (:mod:`ofl_core.experiment`).
+"""FedCVAE experiments on the shared orchestration (:mod:`ofl_core.experiment`,
+:mod:`ofl_core.tables`).
 
-:func:`~ofl_core.experiment.setup_experiment` trains classifier clients; FedCVAE's clients
-train CVAEs and upload decoders plus label counts (:mod:`ofl_core.fedcvae_clients`). This module
-gives the notebooks one call per FedCVAE experiment, still through
-:func:`~ofl_core.experiment.run_methods` (same partition, same cached clients for every method):
+FedCVAE's clients train CVAEs and upload decoders plus label counts
+(:mod:`ofl_core.fedcvae.clients`); its baselines train McMahan CNNs. Both are set up by
+:func:`~ofl_core.experiment.setup_experiment` with the client training as ``clients=``:
 
 - :func:`fedcvae_data_settings`: the image size and training subset FedCVAE uses per dataset
   (MNIST/FMNIST resized to 32 px and a seeded 50 % subset; SVHN at 100 %).
 - :func:`client_config`: the client training each FedCVAE-table method needs (decoders for
-  FedCVAE-Ens/-KD, McMahan CNNs for its FedAvg/FedOneShot), given to
-  :func:`~ofl_core.experiment.setup_experiment` as ``clients=`` (with ``partition_seed``:
-  FedCVAE Tables 1/2 vary the initialisation seed on one partition, Table 5 the partition).
-- :func:`run_fedcvae_experiment`: FedCVAE-Ens/-KD (decoder clients) and FedCVAE's FedAvg /
-  FedOneShot baselines (classifier clients) on one partition; methods that need the same
-  client training share one set of clients.
+  FedCVAE-Ens/-KD, McMahan CNNs for its FedAvg/FedOneShot).
+- :func:`fedcvae_runs`: FedCVAE-table methods as table runs, grouped by the client training
+  they need, all on one partition (``partition_seed``: FedCVAE Tables 1/2 vary the
+  initialisation seed on one partition, Table 5 the partition).
+- :func:`run_fedcvae_experiment`: the same, run at once (records, results, setups).
 - :func:`run_security`: the security-shift experiment (Fig. 5) as result records.
-- :func:`decode_classes`, :func:`client_decoder_samples`, :func:`server_decoder`: decoded
-  sample grids (Figs. 7–8).
 
 Decoder clients have no classifier, so the records of decoder-based methods carry no ensemble or
 client accuracy (``None``).
@@ -29,11 +26,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
-from .clients import ClientUpload, LocalTrainConfig
-from .data.datasets import ImageDataset
-from .experiment import (
+from ..clients import LocalTrainConfig
+from ..data.datasets import ImageDataset
+from ..experiment import (
     ExperimentConfig,
     Setup,
     load_experiment_data,
@@ -41,33 +36,21 @@ from .experiment import (
     run_methods,
     setup_experiment,
 )
-from .fedcvae_clients import (
-    CVAETrainConfig,
-    baseline_local_config,
-    decoder_from_upload,
-)
-from .methods.base import ServerResult
-from .methods.fedcvae import (
-    FedCVAEEnsConfig,
-    LatentSampler,
-    SecurityResult,
-    security_experiment,
-)
-from .models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
-from .results import ResultRecord
-from .tables import Run, Serves
+from ..methods.base import ServerResult
+from ..results import ResultRecord
+from ..tables import Run, Serves
+from .clients import CVAETrainConfig, baseline_local_config
+from .security import SecurityResult, security_experiment
+from .server import FedCVAEEnsConfig
 
 __all__ = [
-    "DECODER_METHODS",
     "BASELINE_METHODS",
+    "DECODER_METHODS",
     "client_config",
-    "client_decoder_samples",
-    "decode_classes",
     "fedcvae_data_settings",
     "fedcvae_runs",
     "run_fedcvae_experiment",
     "run_security",
-    "server_decoder",
 ]
 
 #: FedCVAE methods whose clients upload decoders, with the CVAE they train (Table 4's d differs
@@ -154,19 +137,17 @@ def run_fedcvae_experiment(
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
     keys = [method_key(n, c, [m for m, _ in pairs]) for n, c in pairs]
     ds = dataset if dataset is not None else load_experiment_data(cfg)
-    groups: dict[ClientConfig, list[int]] = {}
-    for i, (name, mcfg) in enumerate(pairs):
-        ccfg = client_config(name, cfg.dataset, getattr(mcfg, "preset", "paper"), cvae, local)
-        groups.setdefault(ccfg, []).append(i)
-    by_index: dict[int, tuple[ResultRecord, ServerResult, Setup]] = {}
-    for ccfg, idx in groups.items():
-        setup = setup_experiment(cfg, ccfg, partition_seed=partition_seed, dataset=ds)
-        recs, res = run_methods(setup, [pairs[i] for i in idx])
+    out: dict[int, tuple[ResultRecord, ServerResult, Setup]] = {}
+    for run in fedcvae_runs(cfg, pairs, [], cvae=cvae, local=local,
+                            partition_seed=partition_seed):
+        setup = setup_experiment(cfg, run.clients, partition_seed=partition_seed, dataset=ds)
+        recs, res = run_methods(setup, run.methods)  # type: ignore[arg-type]
+        idx = [i for i, p in enumerate(pairs) if any(p[0] == m[0] and p[1] is m[1]
+                                                    for m in run.methods)]
         for i, rec, r in zip(idx, recs, res.values(), strict=True):
-            by_index[i] = (rec, r, setup)
-    order = range(len(pairs))
-    return ([by_index[i][0] for i in order], {keys[i]: by_index[i][1] for i in order},
-            {keys[i]: by_index[i][2] for i in order})
+            out[i] = (rec, r, setup)
+    return ([out[i][0] for i in range(len(pairs))], {k: out[i][1] for i, k in enumerate(keys)},
+            {k: out[i][2] for i, k in enumerate(keys)})
 
 
 def run_security(
@@ -175,7 +156,7 @@ def run_security(
 ) -> tuple[list[ResultRecord], SecurityResult]:
     """FedCVAE Fig. 5 on a decoder setup (clients trained with prior N(μ, I)) as records.
 
-    Calls :func:`ofl_core.methods.fedcvae.security_experiment`; one record for the legitimate
+    Calls :func:`ofl_core.fedcvae.security.security_experiment`; one record for the legitimate
     server (method ``"fedcvae-ens-server"``, empty setting: it samples around μ whatever b) and
     one per bound (``"fedcvae-ens-attacker"``, setting ``"b=<b>"``). ``preset`` labels the
     variant ("paper": secret shifted μ; "authors_code": μ = 0). The call's wall time is split
@@ -199,58 +180,3 @@ def run_security(
                    max(res.server_acc, best) if best is not None else res.server_acc, "")]
     records += [rec("fedcvae-ens-attacker", a, a, f"b={b:g}") for b, a in res.attacker_acc.items()]
     return records, res
-
-
-# --------------------------------------------------------------------------------------------
-# decoded samples (Figs. 7–8)
-
-
-@torch.no_grad()
-def decode_classes(decoder: CVAEDecoder, per_class: int, sampler: LatentSampler, seed: int,
-                   classes: Sequence[int] | None = None, device: str = "cpu") -> torch.Tensor:
-    """``per_class`` images of each class from one decoder, z from ``sampler`` (e.g.
-    :func:`~ofl_core.methods.fedcvae.truncated_sampler` or
-    :func:`~ofl_core.methods.fedcvae.uniform_sampler`); float (n, C, H, W) in [0, 1] on the CPU,
-    sample-major (row i of a grid with one column per class holds sample i of every class)."""
-    cls = list(range(decoder.num_classes)) if classes is None else list(classes)
-    gen = torch.Generator().manual_seed(int(seed))
-    y = torch.as_tensor(cls, device=device).repeat(per_class)
-    z = sampler(len(y), decoder.latent_dim, gen).to(device)
-    decoder.eval()
-    return torch.sigmoid(decoder.to(device)(z, y)).cpu()
-
-
-def client_decoder_samples(uploads: Sequence[ClientUpload], per_class: int,
-                           sampler: LatentSampler, seed: int, device: str = "cpu"
-                           ) -> torch.Tensor:
-    """``per_class`` images of each class, each class decoded by the client decoder that holds
-    the most samples of it (the uploaded label counts); sample-major like
-    :func:`decode_classes`."""
-    if not uploads:
-        raise ValueError("no client uploads")
-    C = uploads[0].num_classes
-    decoders = [decoder_from_upload(u, device) for u in uploads]
-    owner = [max(range(len(uploads)), key=lambda k, c=c: (uploads[k].label_counts or (0,) * C)[c])
-             for c in range(C)]
-    cols = [decode_classes(decoders[owner[c]], per_class, sampler, seed + c, [c], device)
-            for c in range(C)]
-    # cols[c] holds per_class samples of class c; interleave to sample-major order
-    return torch.stack(cols, dim=1).flatten(0, 1)
-
-
-def server_decoder(result: ServerResult, uploads: Sequence[ClientUpload],
-                   device: str = "cpu") -> CVAEDecoder:
-    """The aggregated server decoder of a FedCVAE-KD (or decoder-averaging) result."""
-    state = result.extras.get("server_decoder")
-    if state is None:
-        raise ValueError(f"{result.method}: the result holds no server decoder (only FedCVAE-KD "
-                         "and decoder averaging build one)")
-    u = uploads[0]
-    d = int(u.model_kwargs["latent_dim"])
-    for variant in (u.arch, *CVAE_VARIANTS):  # KD: the config's server_variant; avg: clients'
-        dec = build_decoder(variant, u.num_classes, u.in_channels, u.image_size, d)
-        if dec.state_dict().keys() == state.keys() and all(
-                dec.state_dict()[k].shape == v.shape for k, v in state.items()):
-            dec.load_state_dict(state)
-            return dec.to(device).eval().requires_grad_(False)
-    raise ValueError(f"{result.method}: the server decoder matches no CVAE variant")

@@ -1,0 +1,48 @@
+"""The server's view of FedCVAE uploads (SPEC §3/§4): validate a decoder upload and rebuild
+the frozen client decoder D_θk from it (Alg. 1 line 2 / Alg. 2 line 2: the server receives θ^k
+and p̂^k(y), nothing else)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..clients import ClientUpload, UploadError, build_from_upload, validate_upload
+from ..models.cvae import CVAEDecoder
+
+if TYPE_CHECKING:
+    from ..methods.base import ServerContext
+
+
+def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
+    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant:
+    :func:`ofl_core.clients.validate_upload` (the one upload validator) with
+    ``kind="decoder"`` — variant, ``latent_dim``, label counts, keys, shapes, finite values."""
+    return validate_upload(upload, "decoder")  # type: ignore[return-value]
+
+
+def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"
+                        ) -> CVAEDecoder:
+    """Validate a decoder upload and return the decoder, frozen (eval mode, no gradients)."""
+    return build_from_upload(upload, device, "decoder")  # type: ignore[return-value]
+
+
+def load_decoders(uploads: Sequence[ClientUpload], ctx: ServerContext, who: str
+                  ) -> list[CVAEDecoder]:
+    """Every client's frozen decoder D_θk on ``ctx.device``; raises if there are no uploads or
+    one was made for other classes or image shapes than the server's (``who`` names the
+    method in the message)."""
+    if not uploads:
+        raise ValueError(f"{who}: no client uploads")
+    decs = [decoder_from_upload(u, ctx.device) for u in uploads]
+    for u in uploads:
+        if (u.num_classes, u.in_channels, u.image_size) != (
+                ctx.num_classes, ctx.in_channels, ctx.image_size):
+            raise UploadError(
+                f"client {u.client_id}: upload is for {u.num_classes} classes, "
+                f"{u.in_channels}×{u.image_size}² images but the server expects "
+                f"{ctx.num_classes} classes, {ctx.in_channels}×{ctx.image_size}²"
+            )
+    return decs
