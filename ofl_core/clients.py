@@ -23,7 +23,7 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
-from .presets import check_preset
+from .presets import check_fields, check_preset
 from .seeds import init_seed
 
 
@@ -53,23 +53,11 @@ class LocalTrainConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
         if self.arch not in MODEL_NAMES:
             raise ValueError(f"arch: unknown model {self.arch!r}; known: {', '.join(MODEL_NAMES)}")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be ≥ 0 (got {self.epochs})")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1 (got {self.batch_size})")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0 (got {self.lr})")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam' (got {self.optimizer!r})")
-        if self.loss not in ("ce", "ldam"):
-            raise ValueError(f"loss must be 'ce' or 'ldam' (got {self.loss!r})")
-        if self.augment not in ("none", "crop_flip", "flip"):
-            raise ValueError(
-                f"augment must be 'none', 'crop_flip' or 'flip' (got {self.augment!r})"
-            )
+        check_fields(self, at_least={"epochs": 0, "batch_size": 1}, positive=("lr",),
+                     choices={"optimizer": ("sgd", "adam"), "loss": ("ce", "ldam"),
+                              "augment": ("none", "crop_flip", "flip")})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> LocalTrainConfig:

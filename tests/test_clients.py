@@ -177,3 +177,14 @@ def test_random_crop_flip_keeps_shape_and_content_statistics():
     for b in range(2):
         assert torch.equal(z[b], x[b]) or torch.equal(z[b], x[b].flip(-1))
     assert np.isfinite(y.numpy()).all()
+
+
+def test_config_checks_name_the_field_and_what_to_change():
+    with pytest.raises(ValueError, match="epochs must be ≥ 0 \\(got -1\\)"):
+        LocalTrainConfig(epochs=-1)
+    with pytest.raises(ValueError, match="lr must be > 0 \\(got nan\\)"):
+        LocalTrainConfig(lr=float("nan"))
+    with pytest.raises(ValueError, match="optimizer must be one of \\('sgd', 'adam'\\)"):
+        LocalTrainConfig(optimizer="rmsprop")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="preset must be one of"):
+        LocalTrainConfig(preset="code")

@@ -30,7 +30,7 @@ from ..clients import (
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
-from ..presets import check_preset
+from ..presets import check_fields, check_preset
 from ..seeds import client_seed
 from .hparams import fedcvae_hparams
 
@@ -87,26 +87,15 @@ class CVAETrainConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
         if self.variant not in CVAE_VARIANTS:
             raise ValueError(
                 f"variant: unknown CVAE variant {self.variant!r}; known: {', '.join(CVAE_VARIANTS)}"
             )
-        if self.latent_dim < 1:
-            raise ValueError(f"latent_dim must be ≥ 1 (got {self.latent_dim})")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be ≥ 0 (got {self.epochs})")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1 (got {self.batch_size})")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0 (got {self.lr})")
-        if self.beta < 0:
-            raise ValueError(f"beta must be ≥ 0 (got {self.beta})")
+        check_fields(self, at_least={"latent_dim": 1, "epochs": 0, "batch_size": 1, "beta": 0},
+                     positive=("lr",), choices={"label_noise": ("variance", "std")})
         if self.label_noise_gamma < 0 or not math.isfinite(self.label_noise_gamma):
             raise ValueError(f"label_noise_gamma must be a finite γ ≥ 0 "
                              f"(got {self.label_noise_gamma})")
-        if self.label_noise not in ("variance", "std"):
-            raise ValueError(f"label_noise must be 'variance' or 'std' (got {self.label_noise!r})")
         if self.prior_mean is not None:
             if len(self.prior_mean) != self.latent_dim:
                 raise ValueError(f"prior_mean has {len(self.prior_mean)} entries but latent_dim "

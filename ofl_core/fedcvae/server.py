@@ -39,7 +39,7 @@ from ..methods.base import ServerContext, ServerResult
 from ..methods.fedavg import average_states
 from ..models import MODEL_NAMES
 from ..models.cvae import CVAE_VARIANTS, build_decoder, truncated_normal
-from ..presets import check_preset
+from ..presets import check_fields, check_preset
 from ..seeds import fedcvae_server_seed
 from .classifier import distill_decoder, train_classifier
 from .hparams import fedcvae_hparams
@@ -98,17 +98,10 @@ class ClassifierServerConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
         fedcvae_hparams(self.dataset)  # raises for a dataset without a Table 4 column
-        if self.num_samples < 1:
-            raise ValueError(f"num_samples (n_C) must be ≥ 1 (got {self.num_samples})")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1 (got {self.batch_size})")
-        if not self.classifier_lr > 0:
-            raise ValueError(f"classifier_lr must be > 0 (got {self.classifier_lr})")
-        if self.allocation not in ("equal", "proportional"):
-            raise ValueError(f"allocation must be 'equal' or 'proportional' "
-                             f"(got {self.allocation!r})")
+        check_fields(self, at_least={"num_samples": 1, "batch_size": 1},
+                     positive=("classifier_lr",),
+                     choices={"allocation": ("equal", "proportional")})
         if self.classifier_arch not in MODEL_NAMES:
             raise ValueError(f"classifier_arch: unknown model {self.classifier_arch!r}; known: "
                              f"{', '.join(MODEL_NAMES)}")
