@@ -18,9 +18,9 @@ import torch
 
 from . import __version__
 from .clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from .combine import Ensemble
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
-from .ensemble import Ensemble
 from .evaluate import accuracy
 from .methods import ServerContext, ServerResult, run_method
 from .results import ResultRecord

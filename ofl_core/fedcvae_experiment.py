@@ -37,9 +37,9 @@ import torch
 
 from . import __version__
 from .clients import ClientUpload, LocalTrainConfig, build_from_upload, train_clients
+from .combine import Ensemble
 from .data.datasets import ImageDataset
 from .data.partition import Partition, make_partition
-from .ensemble import Ensemble
 from .evaluate import accuracy
 from .experiment import (
     ExperimentConfig,

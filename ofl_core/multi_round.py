@@ -57,7 +57,7 @@ def server_for(name: str, cfg: Any, warm_start: bool = True) -> ServerFn:
 
         return dense
     if name == "fedhydra":
-        from .methods.fedhydra import run_fedhydra
+        from .fedhydra.server import run_fedhydra
 
         def fedhydra(ups: list[ClientUpload], ctx: ServerContext,
                      state: dict[str, torch.Tensor] | None) -> ServerResult:

@@ -147,7 +147,7 @@ def test_bn_term_zero_iff_statistics_match() -> None:
 
 def test_bn_term_gradient_matches_autograd_of_the_formula() -> None:
     """The fused one-pass backward of the shifted moments against plain autograd, float64."""
-    from ofl_core.synthesis import _ShiftedMoments
+    from ofl_core.synthesis import ShiftedMoments
 
     torch.manual_seed(0)
     x = (torch.randn(6, 3, 4, 5, dtype=torch.float64) * 1.5 + 0.7).requires_grad_(True)
@@ -161,7 +161,7 @@ def test_bn_term_gradient_matches_autograd_of_the_formula() -> None:
         return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - rv)
 
     def fused(x: torch.Tensor) -> torch.Tensor:
-        m1, var = _ShiftedMoments.apply(x, rm)
+        m1, var = ShiftedMoments.apply(x, rm)
         return torch.linalg.vector_norm(m1) + torch.linalg.vector_norm(var - rv)
 
     (g_ref,) = torch.autograd.grad(reference(x), x)

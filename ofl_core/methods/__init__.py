@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from ..cpu_memory import large_blocks_from_heap
-from . import adi, dafl, dense, ensemble, fedavg, fedcvae, feddf, fedhydra, fedoneshot, ot_fusion
+from ..fedhydra import server as fedhydra
+from . import adi, dafl, dense, ensemble, fedavg, fedcvae, feddf, fedoneshot, ot_fusion
 from .base import ServerContext, ServerResult, check_homogeneous
 
 #: method name -> (config class, run function)

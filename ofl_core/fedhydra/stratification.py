@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .seeds import derive_seed
-from .synthesis import build_generator, generator_forward
+from ..distill.generator import build_generator, generator_forward
+from ..seeds import derive_seed
 
 #: default floor of min L in Eq. 2 (see :func:`guidance_capability`)
 MIN_LOSS_FLOOR = 1e-300
