@@ -18,7 +18,7 @@ from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods
 def main() -> None:
     torch.set_num_threads(1)
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    server = {"epochs": epochs, "g_steps": 5, "batch_size": 32, "kd_batch_size": 32,
+    server = {"epochs": epochs, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,
               "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
     for seed in (1, 2, 3):
         setup = setup_experiment(ExperimentConfig(

@@ -15,8 +15,9 @@ from ofl_core.evaluate import accuracy
 from ofl_core.methods import METHODS, ServerContext, method_config, run_method
 from ofl_core.methods.adi import FedADIConfig
 from ofl_core.methods.dafl import FedDAFLConfig
-from ofl_core.methods.dense import DenseConfig, run_multi_round
+from ofl_core.methods.dense import DenseConfig
 from ofl_core.methods.feddf import FedDFConfig, adapt_images
+from ofl_core.multi_round import run_rounds, server_for
 
 
 def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,13 +35,7 @@ def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Te
     return (x * 255).round().to(torch.uint8).unsqueeze(1), y
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: these tiny models only lose time to threading on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +62,7 @@ def setup(quadrants: ImageDataset):
     return part, uploads, ctx
 
 
-TINY = dict(epochs=6, g_steps=4, batch_size=32, kd_batch_size=32, nz=32, ngf=16)
+TINY = dict(epochs=6, steps_per_epoch=4, batch_size=32, kd_batch_size=32, nz=32, ngf=16)
 
 
 # ---------------------------------------------------------------- configs
@@ -75,7 +70,7 @@ TINY = dict(epochs=6, g_steps=4, batch_size=32, kd_batch_size=32, nz=32, ngf=16)
 
 def test_presets_field_values() -> None:
     p = DenseConfig.for_preset("paper")
-    assert (p.epochs, p.g_steps, p.batch_size, p.nz, p.g_lr, p.g_betas) == (
+    assert (p.epochs, p.steps_per_epoch, p.batch_size, p.nz, p.g_lr, p.g_betas) == (
         200, 30, 128, 256, 1e-3, (0.5, 0.999))
     assert (p.bn_weight, p.adv_weight, p.kd_temperature, p.kd_lr, p.kd_momentum) == (
         1.0, 0.5, 1.0, 0.01, 0.9)
@@ -86,7 +81,7 @@ def test_presets_field_values() -> None:
     assert c.reinit_generator and c.optimize_z and c.sorted_labels and c.augment
     assert (c.kd_data, c.batch_size, c.kd_batch_size, c.synthesis_student_mode) == (
         "pool", 256, 256, "train")
-    assert (c.epochs, c.g_steps, c.g_lr) == (200, 30, 1e-3)
+    assert (c.epochs, c.steps_per_epoch, c.g_lr) == (200, 30, 1e-3)
     assert DenseConfig.for_preset("paper", epochs=3).epochs == 3
     assert method_config("dense", "authors_code", epochs=2).kd_temperature == 20.0
     for name in ("dense", "fed-dafl", "fed-adi", "feddf"):
@@ -114,7 +109,7 @@ def test_ablations_and_method_names() -> None:
 
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("kd_data", "both", "kd_data"), ("ablation", "no_ce", "ablation"),
-    ("student_arch", "vgg", "student_arch"), ("g_steps", 0, "g_steps"),
+    ("student_arch", "vgg", "student_arch"), ("steps_per_epoch", 0, "steps_per_epoch"),
     ("kd_temperature", 0.0, "kd_temperature"), ("preset", "code", "preset"),
 ])
 def test_config_validation(field: str, value: object, match: str) -> None:
@@ -133,7 +128,7 @@ def test_heterogeneous_clients_need_student_arch() -> None:
     ctx = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False)
     with pytest.raises(ValueError, match="student_arch"):
         run_method("dense", ups, DenseConfig(**TINY), ctx)
-    res = run_method("dense", ups, DenseConfig(**{**TINY, "epochs": 1, "g_steps": 1},
+    res = run_method("dense", ups, DenseConfig(**{**TINY, "epochs": 1, "steps_per_epoch": 1},
                                                 student_arch="lenet"), ctx)
     assert res.extras["student_arch"] == "lenet" and res.curve == [] and res.last_acc is None
 
@@ -142,11 +137,12 @@ def test_multi_round_rejects_heterogeneous_clients(quadrants: ImageDataset) -> N
     part = make_partition(quadrants.y_train.numpy(), 2, "iid", seed=0)
     cfgs = [LocalTrainConfig(arch="cnn_mnist", epochs=1), LocalTrainConfig(arch="lenet", epochs=1)]
     with pytest.raises(ValueError, match="share one architecture"):
-        run_multi_round(quadrants, part, cfgs, DenseConfig(**TINY), rounds=2, seed=0,
-                        progress=False)
+        run_rounds(quadrants, part, cfgs, server_for("dense", DenseConfig(**TINY)), rounds=2,
+                   seed=0, progress=False)
     with pytest.raises(ValueError, match="student_arch"):
-        run_multi_round(quadrants, part, cfgs[0], DenseConfig(**TINY, student_arch="lenet"),
-                        rounds=2, seed=0, progress=False)
+        run_rounds(quadrants, part, cfgs[0],
+                   server_for("dense", DenseConfig(**TINY, student_arch="lenet")), rounds=2,
+                   seed=0, progress=False, workers=1, method="dense")
 
 
 # ---------------------------------------------------------------- end to end
@@ -192,9 +188,10 @@ def test_dense_authors_code_and_fresh_variants(setup) -> None:
 def test_baselines_smoke(setup) -> None:
     _, uploads, ctx = setup
     small = dict(epochs=2, batch_size=16, student_arch=None)
-    dafl = run_method("fed-dafl", uploads, FedDAFLConfig(**small, iters_per_epoch=2, nz=16,
+    dafl = run_method("fed-dafl", uploads, FedDAFLConfig(**small, steps_per_epoch=2, nz=16,
                                                          ngf=8), ctx)
-    adi = run_method("fed-adi", uploads, FedADIConfig(**small, g_steps=3, kd_batch_size=16), ctx)
+    adi = run_method("fed-adi", uploads,
+                     FedADIConfig(**small, steps_per_epoch=3, kd_batch_size=16), ctx)
     df = run_method("feddf", uploads, FedDFConfig(**small, steps_per_epoch=3), ctx)
     for res, name in ((dafl, "fed-dafl"), (adi, "fed-adi"), (df, "feddf")):
         assert res.method == name and len(res.curve) == 2
@@ -225,8 +222,9 @@ def test_feddf_proxy_fallback_and_adapt(setup, tmp_path) -> None:
 def test_multi_round_dense(quadrants: ImageDataset) -> None:
     part = make_partition(quadrants.y_train.numpy(), 2, "dirichlet", alpha=0.5, seed=2)
     local = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32)
-    out = run_multi_round(quadrants, part, local, DenseConfig(**{**TINY, "epochs": 2}),
-                          rounds=2, seed=0, progress=False, workers=1)
+    server = server_for("dense", DenseConfig(**{**TINY, "epochs": 2}))
+    out = run_rounds(quadrants, part, local, server, rounds=2, seed=0, progress=False, workers=1,
+                     method="dense")
     assert [r.round for r in out.rounds] == [1, 2]
     assert all(r.last_acc is not None and len(r.client_accs) == 2 for r in out.rounds)
     assert len(out.accuracies) == 2 and len(out.results) == 2

@@ -103,7 +103,7 @@ class NarrowInputConv2d(nn.Conv2d):
         return _NarrowInputConvFn.apply(x, self.weight, self.bias, self.padding)
 
 
-def _narrow_input_pays(conv: nn.Conv2d) -> bool:
+def narrow_input_pays(conv: nn.Conv2d) -> bool:
     """Where the tap-map input gradient measured faster than oneDNN's on the CPU
     (``benchmarks/bench_teacher_kernels.py``): one input channel, or at least twice as many
     output channels as tap maps (3→64 and 3→128 3×3 yes; 3→32 3×3 and 3→16 5×5 no)."""
@@ -116,13 +116,13 @@ def _narrow_input_pays(conv: nn.Conv2d) -> bool:
 
 def narrow_input_convs(model: nn.Module) -> Callable[[], None]:
     """Give every convolution of ``model`` whose input gradient is faster as tap maps + fold
-    (:func:`_narrow_input_pays`; in practice the first convolution of image classifiers) that
+    (:func:`narrow_input_pays`; in practice the first convolution of image classifiers) that
     input gradient, in place (exact up to float rounding; parameters shared, state_dict
     unchanged). For the CPU. Returns a function that undoes the rewrite."""
     undo = []
     for parent in list(model.modules()):
         for name, mod in list(parent._modules.items()):
-            if isinstance(mod, nn.Conv2d) and _narrow_input_pays(mod):
+            if isinstance(mod, nn.Conv2d) and narrow_input_pays(mod):
                 new = NarrowInputConv2d.__new__(NarrowInputConv2d)
                 new.__dict__ = mod.__dict__.copy()  # the same Parameter objects
                 parent._modules[name] = new
@@ -142,4 +142,4 @@ def autocast_context(device: str | torch.device, enabled: bool) -> torch.autocas
 
 
 __all__ = ["MaxPoolReLU", "NarrowInputConv2d", "autocast_context", "fuse_relu_maxpool",
-           "narrow_input_conv_grad", "narrow_input_convs"]
+           "narrow_input_conv_grad", "narrow_input_convs", "narrow_input_pays"]
