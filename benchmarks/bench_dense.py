@@ -6,7 +6,8 @@ and per KD step of
 
 - **ours**: ``ofl_core.methods.dense.DenseSynthesizer`` / ``Distiller`` — the code ``run`` uses
   (frozen teachers without weight gradients in a
-  :class:`~ofl_core.distill.teachers.TeacherBank`, frozen student, exact upsample+conv pairs as stride-2 transposed convolutions, channels-last
+  :class:`~ofl_core.distill.teachers.TeacherBank`, frozen student, exact upsample+conv pairs as
+  stride-2 transposed convolutions, channels-last
   generator activations and a 1×1-tap last convolution on the CPU, channels-last teachers
   whose first convolutions take their input gradient as tap maps + fold, float32
   shifted-moment BN statistics with a fused backward, no host syncs, in-memory uint8 pool
