@@ -7,8 +7,8 @@ beside channels-last teachers and fuses its ReLU/max-pool pairs (exact), and see
 method's generator ``derive_seed(ctx.seed, tag)``. :meth:`DistillRun.epochs` is the epoch loop
 with the progress bar and the test curve (:class:`EvalCurve`); :meth:`DistillRun.result`
 undoes the set-up and builds the :class:`~ofl_core.methods.base.ServerResult` with the
-extras every method reports. :func:`check_distill_config` is the config validation the
-methods share.
+extras every method reports. :func:`ensemble_kd_step` is the distillation step (DENSE Eq. 6)
+the methods share.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..clients import build_from_upload, init_model
-from ..models import MODEL_NAMES
-from ..presets import check_preset
 from ..seeds import derive_seed
 from .kernels import autocast_context, fuse_relu_maxpool
+from .losses import kd_loss
 from .teachers import TeacherBank
 
 if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
@@ -201,43 +200,17 @@ def as_floats(values: list[torch.Tensor]) -> list[float]:
     return torch.stack(values).tolist() if values else []
 
 
-SWITCH = (True, False, "auto")
-
-
-def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
-                         nonnegative: Sequence[str] = (),
-                         choices: dict[str, Sequence[Any]] | None = None) -> None:
-    """The validation every distillation config shares; raises ``ValueError`` naming the
-    field, its value and what it must be.
-
-    Always: ``preset`` known; ``epochs`` an integer ≥ 0; ``steps_per_epoch``, ``batch_size``,
-    ``eval_every`` (and ``counts``) integers ≥ 1; ``kd_lr`` (and ``positive``) > 0;
-    ``kd_momentum`` (and ``nonnegative``) ≥ 0; ``student_arch`` None or a known model;
-    ``batched_teachers``/``channels_last`` True, False or "auto"; where the config has them,
-    ``num_images`` ≥ 0 and ``g_betas`` two numbers in [0, 1). ``choices``: field → allowed
-    values."""
-    cls = type(cfg).__name__
-    check_preset(cfg.preset)
-    for name in ("epochs", "steps_per_epoch", "batch_size", "eval_every", *counts):
-        v, lo = getattr(cfg, name), 0 if name == "epochs" else 1
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise ValueError(f"{cls}.{name} must be an integer ≥ {lo} (got {v!r})")
-    for name in ("kd_lr", *positive):
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"{cls}.{name} must be > 0 (got {getattr(cfg, name)!r})")
-    for name in ("kd_momentum", *nonnegative):
-        if not getattr(cfg, name) >= 0:
-            raise ValueError(f"{cls}.{name} must be ≥ 0 (got {getattr(cfg, name)!r})")
-    if getattr(cfg, "num_images", 0) < 0:
-        raise ValueError(f"{cls}.num_images must be ≥ 0 (got {cfg.num_images!r})")
-    betas = getattr(cfg, "g_betas", (0.0, 0.0))
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise ValueError(f"{cls}.g_betas must be two numbers in [0, 1) (got {betas!r})")
-    for name, allowed in {"batched_teachers": SWITCH, "channels_last": SWITCH,
-                          **(choices or {})}.items():
-        v = getattr(cfg, name)
-        if not any(v is a or (type(v) is type(a) and v == a) for a in allowed):
-            raise ValueError(f"{cls}.{name} must be one of {tuple(allowed)} (got {v!r})")
-    if cfg.student_arch is not None and cfg.student_arch not in MODEL_NAMES:
-        raise ValueError(f"{cls}.student_arch: unknown model {cfg.student_arch!r}; "
-                         f"known: {', '.join(MODEL_NAMES)}")
+def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
+                     xb: torch.Tensor, temperature: float, amp: torch.autocast) -> torch.Tensor:
+    """One SGD step of the student on L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6) on the
+    batch ``xb`` (in the teachers' memory format), the teachers under ``no_grad``; returns the
+    detached loss."""
+    with torch.no_grad(), amp:
+        t_out = bank(xb)
+    with amp:
+        s_out = student(xb)
+    loss = kd_loss(s_out, t_out, temperature)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.detach()

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..combine import Ensemble
+
 SA_SPACES = ("logits", "probs")  # what the SA weights multiply: Eq. 8 logits, or softmax
 
 
@@ -76,24 +78,19 @@ def sa_logits(
     return out * c if rescale else out
 
 
-class SAEnsemble(nn.Module):
+class SAEnsemble(Ensemble):
     """Frozen client models combined by label-free stratified aggregation (FedHydra Fig. 8's
     "SA" ensemble evaluated on real test data; :func:`sa_logits` with ``y=None``).
 
     ``U_r``, ``U_c``: (C, m) stratified weights
     (:class:`ofl_core.fedhydra.stratification.Stratification`).
     ``forward(x)`` returns SA logits (B, C); ``forward(x, y)`` the label-conditioned SA
-    (Eqs. 8–11).
+    (Eqs. 8–11). Members and ``member_logits`` as :class:`~ofl_core.combine.Ensemble`.
     """
 
     def __init__(self, models: Sequence[nn.Module], U_r: torch.Tensor, U_c: torch.Tensor,
                  rescale: bool = False, space: str = "logits") -> None:
-        super().__init__()
-        if len(models) == 0:
-            raise ValueError("an ensemble needs at least one model")
-        self.members = nn.ModuleList(models)
-        for mdl in self.members:
-            mdl.eval().requires_grad_(False)
+        super().__init__(models)
         m = len(models)
         if U_r.dim() != 2 or U_r.shape[1] != m or U_c.shape != U_r.shape:
             raise ValueError(f"U_r and U_c must both be (C, {m}) (got {tuple(U_r.shape)} and "
@@ -101,16 +98,6 @@ class SAEnsemble(nn.Module):
         self.register_buffer("U_r", U_r.detach().float().clone())
         self.register_buffer("U_c", U_c.detach().float().clone())
         self.rescale, self.space = rescale, space
-
-    def train(self, mode: bool = True) -> SAEnsemble:  # members stay frozen in eval mode
-        super().train(mode)
-        for mdl in self.members:
-            mdl.eval()
-        return self
-
-    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Stacked logits (m, B, C) of every member."""
-        return torch.stack([mdl(x) for mdl in self.members])
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         return sa_logits(self.member_logits(x), y, self.U_r, self.U_c, self.rescale, self.space)

@@ -19,7 +19,7 @@ the paper preset; every choice the paper leaves open is in docs/decisions.md.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -27,12 +27,12 @@ import torch.nn.functional as F
 
 from ..clients import ClientUpload
 from ..combine import Ensemble
+from ..distill.config import DistillConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
-from ..distill.loop import DistillRun, as_floats, check_distill_config, open_run
+from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
 from ..distill.pool import ImagePool
 from ..distill.teachers import TeacherOutput
-from ..presets import check_preset
 from ..seeds import derive_seed
 from .aggregation import SA_SPACES, SAEnsemble, sa_logits
 from .stratification import MIN_LOSS_FLOOR, Stratification, stratify
@@ -44,7 +44,7 @@ KD_DATA = ("intermediate", "fresh", "pool")
 
 
 @dataclass(frozen=True)
-class FedHydraConfig:
+class FedHydraConfig(DistillConfig):
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
     Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
@@ -77,16 +77,11 @@ class FedHydraConfig:
     ``amp`` (bfloat16 autocast, off by default).
     """
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
     kd_batch_size: int = 128
     nz: int = 256
     ngf: int = 64
     g_lr: float = 1e-3
     g_betas: tuple[float, float] = (0.5, 0.999)
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     ce_weight: float = 1.0
     bn_weight: float = 1.0
     adv_weight: float = 0.5
@@ -100,15 +95,9 @@ class FedHydraConfig:
     strat_lr: float = 1e-3
     strat_group: int | Literal["auto"] = "auto"
     min_loss_floor: float = MIN_LOSS_FLOOR
-    student_arch: str | None = None
-    eval_every: int = 1
     log_every: int = 10
     num_images: int = 64
     fast_generator: bool = True
-    batched_teachers: bool | Literal["auto"] = "auto"
-    channels_last: bool | Literal["auto"] = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
         check_distill_config(
@@ -121,14 +110,6 @@ class FedHydraConfig:
                                            or self.strat_group < 1):
             raise ValueError("FedHydraConfig.strat_group must be a positive integer or 'auto' "
                              f"(got {self.strat_group!r})")
-
-    @classmethod
-    def for_preset(cls, preset: str = "paper", **overrides: object) -> FedHydraConfig:
-        """The paper's FedHydra. FedHydra has no public code, so ``"authors_code"`` has the
-        same values (only the ``preset`` label differs)."""
-        check_preset(preset)
-        base = cls(preset=preset)
-        return replace(base, **overrides) if overrides else base
 
 
 

@@ -10,21 +10,21 @@ student is distilled from D on one pass over the pool (as DENSE's code does for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..clients import ClientUpload
-from ..distill.loop import DistillRun, as_floats, check_distill_config, open_run
-from ..distill.losses import adi_competition_loss, kd_loss, total_variation_l1
+from ..distill.config import DistillConfig, check_distill_config
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
+from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip
-from ..presets import check_preset
 from .base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
-class FedADIConfig:
+class FedADIConfig(DistillConfig):
     """Fed-ADI. From DENSE's "same setting as ours" (§3.1.4): T = 200 epochs,
     ``steps_per_epoch`` 30 optimisation steps per epoch, batch 128, student SGD 0.01 momentum
     0.9, KD temperature 1.
@@ -34,9 +34,6 @@ class FedADIConfig:
     betas) is not given by any paper (SPEC's stated default); pixels start ~ U(0, 1) and are
     clamped to [0, 1] after each step. No authors' code exists: both presets are equal."""
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
     kd_batch_size: int = 128
     pixel_lr: float = 0.1
     ce_weight: float = 1.0
@@ -46,28 +43,15 @@ class FedADIConfig:
     compete_temperature: float = 3.0
     jitter: int = 2
     flip: bool = True
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     kd_temperature: float = 1.0
     pool_uint8: bool = True
-    student_arch: str | None = None
-    eval_every: int = 1
     num_images: int = 64
-    batched_teachers: bool | str = "auto"
-    channels_last: bool | str = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
         check_distill_config(self, counts=("kd_batch_size",),
                              positive=("pixel_lr", "kd_temperature", "compete_temperature"))
         if self.jitter < 0:
             raise ValueError(f"FedADIConfig.jitter must be ≥ 0 (got {self.jitter!r})")
-
-    @classmethod
-    def for_preset(cls, preset: str = "paper", **overrides: object) -> FedADIConfig:
-        check_preset(preset)
-        return replace(cls(preset=preset), **overrides)
 
     @property
     def method_name(self) -> str:
@@ -125,18 +109,8 @@ def distil_pool(run_: DistillRun, pool: ImagePool, opt_s: torch.optim.Optimizer,
     returns the mean KD loss."""
     student = run_.student
     student.train().requires_grad_(True)
-    ep = []
-    for xb in pool.batches(cfg.kd_batch_size, run_.rng):
-        xb = run_.to_input(xb)
-        with torch.no_grad(), run_.amp:
-            t_out = run_.bank(xb)
-        with run_.amp:
-            s_out = student(xb)
-        loss_s = kd_loss(s_out, t_out, cfg.kd_temperature)
-        opt_s.zero_grad(set_to_none=True)
-        loss_s.backward()
-        opt_s.step()
-        ep.append(loss_s.detach())
+    ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), cfg.kd_temperature,
+                           run_.amp) for xb in pool.batches(cfg.kd_batch_size, run_.rng)]
     return torch.stack(ep).mean()
 
 

@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..clients import ClientUpload
+from ..distill.config import DistillConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward, reinit_generator
 from ..distill.kernels import autocast_context
-from ..distill.loop import DistillRun, as_floats, check_distill_config, open_run
-from ..distill.losses import boundary_support_loss, kd_loss
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
+from ..distill.losses import boundary_support_loss
 from ..distill.pool import ImagePool, augment_batch
 from ..distill.teachers import TeacherBank
 from ..presets import check_preset
@@ -32,7 +33,7 @@ ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig:
+class DenseConfig(DistillConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -70,16 +71,11 @@ class DenseConfig:
     by default).
     """
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
     kd_batch_size: int = 128
     nz: int = 256
     ngf: int = 64
     g_lr: float = 1e-3
     g_betas: tuple[float, float] = (0.5, 0.999)
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     kd_temperature: float = 1.0
     ce_weight: float = 1.0
     bn_weight: float = 1.0
@@ -93,16 +89,10 @@ class DenseConfig:
     pool_uint8: bool = True
     synthesis_student_mode: Literal["eval", "train"] = "eval"
     ablation: Literal["ce_only", "no_bn", "no_div"] | None = None
-    student_arch: str | None = None
     label: str | None = None
-    eval_every: int = 1
     log_every: int = 10
     num_images: int = 64
     fast_generator: bool = True
-    batched_teachers: bool | Literal["auto"] = "auto"
-    channels_last: bool | Literal["auto"] = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
         check_distill_config(
@@ -224,15 +214,7 @@ class Distiller:
         xb = augment_batch(xb, self.augment, self.rng)
         if self.bank.channels_last:
             xb = xb.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad(), self.amp:
-            t_out = self.bank(xb)
-        with self.amp:
-            s_out = self.student(xb)
-        loss = kd_loss(s_out, t_out, self.t)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        return loss.detach()
+        return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp)
 
 
 def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> ServerResult:

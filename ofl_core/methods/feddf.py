@@ -11,21 +11,20 @@ is converted to the task's channels and size. ``ServerResult.extras["proxy"]`` s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..clients import ClientUpload
-from ..distill.loop import DistillRun, as_floats, check_distill_config, open_run
-from ..distill.losses import kd_loss
-from ..presets import check_preset
+from ..distill.config import DistillConfig, check_distill_config
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from .base import ServerContext, ServerResult
 from .fedavg import average_states
 
 
 @dataclass(frozen=True)
-class FedDFConfig:
+class FedDFConfig(DistillConfig):
     """FedDF with DENSE's "same setting as ours" (§3.1.4): T = 200 epochs of
     ``steps_per_epoch`` = 30 (= T_G) KD steps, batch 128, SGD 0.01 momentum 0.9, temperature 1.
 
@@ -36,30 +35,14 @@ class FedDFConfig:
     initialisation) when the clients are homogeneous and the student has their architecture.
     No authors' code exists: both presets are equal."""
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     kd_temperature: float = 1.0
     proxy: str = "noise"
     proxy_data_root: str | None = None
     fallback_to_noise: bool = True
     init_from_fedavg: bool = True
-    student_arch: str | None = None
-    eval_every: int = 1
-    batched_teachers: bool | str = "auto"
-    channels_last: bool | str = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
         check_distill_config(self, positive=("kd_temperature",))
-
-    @classmethod
-    def for_preset(cls, preset: str = "paper", **overrides: object) -> FedDFConfig:
-        check_preset(preset)
-        return replace(cls(preset=preset), **overrides)
 
     @property
     def method_name(self) -> str:
@@ -121,24 +104,15 @@ def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> Se
 
     run_ = open_run(uploads, cfg, ctx, "FedDF", "feddf", student_init=fedavg_init)
     init = "fedavg" if run_.student_loaded else "random"
-    student, amp = run_.student, run_.amp
+    student = run_.student
     proxy, proxy_name = load_proxy(cfg, ctx)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     kd_losses = []
     student.train()
     for _epoch in run_.epochs():
-        ep = []
-        for _ in range(cfg.steps_per_epoch):
-            xb = proxy_batch(run_, proxy, cfg, ctx)
-            with torch.no_grad(), amp:
-                t_out = run_.bank(xb)
-            with amp:
-                s_out = student(xb)
-            loss = kd_loss(s_out, t_out, cfg.kd_temperature)
-            opt_s.zero_grad(set_to_none=True)
-            loss.backward()
-            opt_s.step()
-            ep.append(loss.detach())
+        ep = [ensemble_kd_step(run_.bank, student, opt_s, proxy_batch(run_, proxy, cfg, ctx),
+                               cfg.kd_temperature, run_.amp)
+              for _ in range(cfg.steps_per_epoch)]
         if ep:
             kd_losses.append(torch.stack(ep).mean())
     extras = {"proxy": proxy_name, "student_init": init, "kd_loss": as_floats(kd_losses),
