@@ -51,6 +51,23 @@ class DistillConfig:
         base = cls(preset=preset)
         return replace(base, **overrides) if overrides else base
 
+
+@dataclass(frozen=True)
+class GeneratorConfig(DistillConfig):
+    """:class:`DistillConfig` + the image generator G of the generator-based methods (DENSE,
+    Fed-DAFL, FedHydra; SPEC §2 ``generator``): latent size ``nz`` = 256, width ``ngf`` = 64,
+    Adam ``g_lr`` 1e-3 with ``g_betas`` (0.5, 0.999) (DENSE's code), and ``fast_generator``
+    (the exact upsample+conv as one stride-2 transposed convolution)."""
+
+    nz: int = 256
+    ngf: int = 64
+    g_lr: float = 1e-3
+    g_betas: tuple[float, float] = (0.5, 0.999)
+    fast_generator: bool = True
+
+    def __post_init__(self) -> None:
+        check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr",))
+
 SWITCH = (True, False, "auto")
 
 
@@ -93,4 +110,4 @@ def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequenc
                          f"known: {', '.join(MODEL_NAMES)}")
 
 
-__all__ = ["SWITCH", "DistillConfig", "check_distill_config"]
+__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "check_distill_config"]

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..clients import ClientUpload
 from ..combine import Ensemble
-from ..distill.config import DistillConfig, check_distill_config
+from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
@@ -44,7 +44,7 @@ KD_DATA = ("intermediate", "fresh", "pool")
 
 
 @dataclass(frozen=True)
-class FedHydraConfig(DistillConfig):
+class FedHydraConfig(GeneratorConfig):
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
     Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
@@ -78,10 +78,6 @@ class FedHydraConfig(DistillConfig):
     """
 
     kd_batch_size: int = 128
-    nz: int = 256
-    ngf: int = 64
-    g_lr: float = 1e-3
-    g_betas: tuple[float, float] = (0.5, 0.999)
     ce_weight: float = 1.0
     bn_weight: float = 1.0
     adv_weight: float = 0.5
@@ -97,7 +93,6 @@ class FedHydraConfig(DistillConfig):
     min_loss_floor: float = MIN_LOSS_FLOOR
     log_every: int = 10
     num_images: int = 64
-    fast_generator: bool = True
 
     def __post_init__(self) -> None:
         check_distill_config(

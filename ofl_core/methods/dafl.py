@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..clients import ClientUpload
-from ..distill.config import DistillConfig, check_distill_config
+from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import as_floats, open_run
 from ..distill.losses import (
@@ -30,23 +30,18 @@ from .base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
-class FedDAFLConfig(DistillConfig):
+class FedDAFLConfig(GeneratorConfig):
     """Fed-DAFL. "All baseline methods use the same setting as ours" (DENSE §3.1.4): epochs
     T = 200, ``steps_per_epoch`` = T_G = 30, batch 128, generator Adam 1e-3 (betas 0.5/0.999),
     student SGD 0.01 momentum 0.9, KD temperature 1 (DENSE Eq. 6). DAFL's own loss weights:
     ``act_weight`` α = 0.1, ``ie_weight`` β = 5, ``oh_weight`` 1. No authors' code exists, so
     ``preset="authors_code"`` equals the paper preset."""
 
-    nz: int = 256
-    ngf: int = 64
-    g_lr: float = 1e-3
-    g_betas: tuple[float, float] = (0.5, 0.999)
     kd_temperature: float = 1.0
     oh_weight: float = 1.0
     act_weight: float = 0.1
     ie_weight: float = 5.0
     num_images: int = 64
-    fast_generator: bool = True
 
     def __post_init__(self) -> None:
         check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr", "kd_temperature"))

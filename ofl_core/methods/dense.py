@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..clients import ClientUpload
-from ..distill.config import DistillConfig, check_distill_config
+from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward, reinit_generator
 from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
@@ -33,7 +33,7 @@ ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig(DistillConfig):
+class DenseConfig(GeneratorConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -72,10 +72,6 @@ class DenseConfig(DistillConfig):
     """
 
     kd_batch_size: int = 128
-    nz: int = 256
-    ngf: int = 64
-    g_lr: float = 1e-3
-    g_betas: tuple[float, float] = (0.5, 0.999)
     kd_temperature: float = 1.0
     ce_weight: float = 1.0
     bn_weight: float = 1.0
@@ -92,7 +88,6 @@ class DenseConfig(DistillConfig):
     label: str | None = None
     log_every: int = 10
     num_images: int = 64
-    fast_generator: bool = True
 
     def __post_init__(self) -> None:
         check_distill_config(
