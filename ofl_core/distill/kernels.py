@@ -78,7 +78,8 @@ class _NarrowInputConvFn(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
+    def backward(ctx, grad_out: torch.Tensor
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         x, weight = ctx.saved_tensors
         dt = grad_out.dtype  # the forward's compute dtype (bfloat16 under autocast)
         gx = gw = gb = None

@@ -1,6 +1,6 @@
 """The distillation methods' losses, each citing its paper equation: L_BN (DENSE Eq. 3),
 the boundary-support loss (DENSE Eq. 4), the distillation KL (DENSE Eq. 6), the DAFL losses
-(Chen et al. 2019, Eqs. 3–5) and the DeepInversion priors (Yin et al. 2020)."""
+(Chen et al. 2019, Eqs. 3–5) and the DeepInversion priors (Yin et al. 2020, Eqs. 3–8)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def bn_statistics_term(
 
 
 def kl_per_sample(p_logits: torch.Tensor, q_logits: torch.Tensor, t: float = 1.0) -> torch.Tensor:
-    """KL(σ(p/t) ‖ σ(q/t)) for each row (B,), computed in float32."""
+    """KL(σ(p/t) ‖ σ(q/t)) for each row (B,), computed in float32: the per-sample KL of DENSE
+    Eqs. 4 and 6 and FedHydra Eqs. 15 and 17."""
     log_p = F.log_softmax(p_logits.float() / t, dim=1)
     log_q = F.log_softmax(q_logits.float() / t, dim=1)
     return (log_p.exp() * (log_p - log_q)).sum(1)
@@ -107,7 +108,8 @@ def dafl_information_entropy_loss(logits: torch.Tensor) -> torch.Tensor:
 
 
 def total_variation_l1(x: torch.Tensor) -> torch.Tensor:
-    """Anisotropic total-variation prior, L1 (DeepInversion, Yin et al. 2020, R_prior): the sum
+    """Anisotropic total-variation prior, L1 (DeepInversion, Yin et al. 2020, R_TV of the image
+    prior R_prior, Eq. 3): the sum
     of the mean absolute differences along the four pixel-neighbour directions."""
     d1 = x[:, :, :, :-1] - x[:, :, :, 1:]
     d2 = x[:, :, :-1, :] - x[:, :, 1:, :]
@@ -118,7 +120,8 @@ def total_variation_l1(x: torch.Tensor) -> torch.Tensor:
 
 def js_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor,
                   temperature: float = 1.0) -> torch.Tensor:
-    """Jensen–Shannon divergence of σ(p/T) and σ(q/T), batch mean (natural log, ≤ log 2)."""
+    """Jensen–Shannon divergence of σ(p/T) and σ(q/T), batch mean (natural log, ≤ log 2); the
+    divergence of Adaptive DeepInversion's competition term (Yin et al. 2020, Eq. 8)."""
     p = F.softmax(p_logits.float() / temperature, dim=1)
     q = F.softmax(q_logits.float() / temperature, dim=1)
     m = 0.5 * (p + q)

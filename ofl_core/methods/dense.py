@@ -206,6 +206,7 @@ class Distiller:
         self.amp = autocast_context(device, amp)
 
     def step(self, xb: torch.Tensor) -> torch.Tensor:
+        """Augment ``xb`` (KD-time augmentation), then one SGD step on L_dis (Eq. 6)."""
         xb = augment_batch(xb, self.augment, self.rng)
         if self.bank.channels_last:
             xb = xb.contiguous(memory_format=torch.channels_last)
