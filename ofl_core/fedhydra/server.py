@@ -208,7 +208,7 @@ def stratification_stage(run_: DistillRun, cfg: FedHydraConfig, ctx: ServerConte
 
 def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Alg. 1 lines 14–20: x̂ = G(z), P = SA(x̂, y) (Eq. 12), L_Gen (Eqs. 13–16), one Adam step
+    """Alg. 1 lines 17–20: x̂ = G(z), P = SA(x̂, y) (Eq. 12), L_Gen (Eqs. 13–16), one Adam step
     of G. Returns x̂, P and L_Gen (before the step)."""
     cfg, run_ = h.cfg, h.run
     with run_.amp:
@@ -230,7 +230,7 @@ def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
 
 def generation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor, epoch: int
                      ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
-    """Alg. 1 lines 13–21: T_G generator steps. Keeps, per ``kd_data``, every intermediate
+    """Alg. 1 lines 15–21: T_G generator steps. Keeps, per ``kd_data``, every intermediate
     batch with its P (``"intermediate"``) or the lowest-loss batch (``"pool"``)."""
     cfg = h.cfg
     h.run.student.eval().requires_grad_(False)
@@ -340,9 +340,9 @@ def run_fedhydra(
               pool=ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool"
               else None)
     last_x = last_y = None
-    for epoch in run_.epochs():  # Alg. 1 line 11: for T_g epochs
+    for epoch in run_.epochs():  # Alg. 1 line 12: for T_g epochs
         t1 = time.perf_counter()
-        z = torch.randn(cfg.batch_size, cfg.nz, generator=run_.rng).to(dev)  # line 12
+        z = torch.randn(cfg.batch_size, cfg.nz, generator=run_.rng).to(dev)  # lines 13-14
         y = torch.randint(0, ctx.num_classes, (cfg.batch_size,), generator=run_.rng).to(dev)
         inter, best_x = generation_stage(h, z, y, epoch)
         t2 = time.perf_counter()

@@ -235,7 +235,8 @@ class DenseLog:
 
 def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg: DenseConfig,
                         rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
-    """Alg. 1 line 4 (⚑ ``reinit_generator``: a fresh G and Adam every epoch, as DENSE's code)."""
+    """G's Adam (G initialised at Alg. 1 line 4; ⚑ ``reinit_generator``: a fresh G and Adam
+    every epoch, as DENSE's code)."""
     if cfg.reinit_generator and epoch > 0:
         reinit_generator(gen, rng)
     if opt_g is None or cfg.reinit_generator:
@@ -245,7 +246,7 @@ def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg
 
 def sample_latents(cfg: DenseConfig, num_classes: int, rng: torch.Generator,
                    dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 1 lines 5–6: z ~ N(0, I) (b, nz) and labels y uniform over the C classes
+    """Alg. 1 line 6: z ~ N(0, I) (b, nz) and labels y uniform over the C classes
     (⚑ sorted with ``sorted_labels``)."""
     z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
     y = torch.randint(0, num_classes, (cfg.batch_size,), generator=rng)
@@ -312,7 +313,7 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
     distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels)
     log = DenseLog()
     opt_g: torch.optim.Optimizer | None = None
-    for epoch in run_.epochs():  # Alg. 1 line 3: for T epochs
+    for epoch in run_.epochs():  # Alg. 1 line 5: for T epochs
         t0 = time.perf_counter()
         opt_g = generator_optimizer(gen, opt_g, cfg, rng, epoch)
         z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
