@@ -5,8 +5,9 @@ DENSE paper preset's losses (CE + L_BN + 0.5·L_div), this prints seconds per ge
 and per KD step of
 
 - **ours**: ``ofl_core.methods.dense.DenseSynthesizer`` / ``Distiller`` — the code ``run`` uses
-  (frozen teachers without weight gradients in a :class:`~ofl_core.synthesis.TeacherBank`, frozen
-  student, exact upsample+conv pairs as stride-2 transposed convolutions, channels-last
+  (frozen teachers without weight gradients in a
+  :class:`~ofl_core.distill.teachers.TeacherBank`, frozen student, exact upsample+conv pairs as
+  stride-2 transposed convolutions, channels-last
   generator activations and a 1×1-tap last convolution on the CPU, channels-last teachers
   whose first convolutions take their input gradient as tap maps + fold, float32
   shifted-moment BN statistics with a fused backward, no host syncs, in-memory uint8 pool
@@ -48,9 +49,12 @@ from torch import nn
 from torchvision import transforms
 
 from ofl_core.cpu_memory import large_blocks_from_heap
+from ofl_core.distill.generator import build_generator
+from ofl_core.distill.kernels import fuse_relu_maxpool
+from ofl_core.distill.pool import ImagePool
+from ofl_core.distill.teachers import TeacherBank
 from ofl_core.methods.dense import DenseConfig, DenseSynthesizer, Distiller
 from ofl_core.models import build_model
-from ofl_core.synthesis import ImagePool, TeacherBank, build_generator, fuse_relu_maxpool
 
 SETUPS = (("cnn_mnist", 1, 28), ("cnn_cifar", 3, 32))
 

@@ -3,15 +3,15 @@
 Forward + backward, float32, measured alternately in the same run (median of ``--reps``):
 
 - the generator's last 3×3 convolution (64 → C channels, 28/32 px, batch 256):
-  ``F.conv2d`` (NCHW and channels-last input) vs :func:`ofl_core.synthesis.conv3x3_narrow`;
+  ``F.conv2d`` (NCHW and channels-last input) vs :func:`ofl_core.distill.generator.conv3x3_narrow`;
 - one BN layer's term of L_BN on a teacher's first BN input (256×16×28×28, channels-last):
-  the previous float64 raw-moment version vs :func:`ofl_core.synthesis.bn_statistics_term`;
+  the previous float64 raw-moment version vs :func:`ofl_core.distill.losses.bn_statistics_term`;
 - one "upsample ×2 → conv 3×3" pair of the generator (channels-last, batch 256): the stock
   two ops, the previous exact version (four 2×2 phase convolutions, interleaved) and
-  :func:`ofl_core.synthesis.upsample_conv3x3` (one stride-2 transposed convolution);
+  :func:`ofl_core.distill.generator.upsample_conv3x3` (one stride-2 transposed convolution);
 - the whole generator (batch 256): the stock module vs
-  :func:`ofl_core.synthesis.generator_forward` (transposed-conv upsample+conv, channels-last,
-  narrow last conv).
+  :func:`ofl_core.distill.generator.generator_forward` (transposed-conv upsample+conv,
+  channels-last, narrow last conv).
 
     python benchmarks/bench_generator_kernels.py [--threads 1] [--reps 5]
 """
@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from bench_dense import median_alternating  # same folder: run as a script
 
-from ofl_core.synthesis import (
-    bn_statistics_term,
+from ofl_core.distill.generator import (
     build_generator,
     conv3x3_narrow,
     generator_forward,
     upsample_conv3x3,
 )
+from ofl_core.distill.losses import bn_statistics_term
 
 
 def bn_term_float64(x: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> torch.Tensor:

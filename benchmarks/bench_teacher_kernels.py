@@ -5,12 +5,13 @@ Float32, measured alternately in the same run (median of ``--reps``), batch 256:
 
 - the input gradient of a first convolution (few input channels), from a channels-last
   gradient: ATen's ``convolution_backward`` (oneDNN) vs
-  :func:`ofl_core.synthesis.narrow_input_conv_grad` (a 1×1 convolution to the tap maps + fold),
+  :func:`ofl_core.distill.kernels.narrow_input_conv_grad` (a 1×1 convolution to the tap maps
+  + fold),
   for the first layers of the zoo and a few that lose, with the choice
-  ``TeacherBank`` makes (:func:`ofl_core.synthesis.narrow_input_convs`);
+  ``TeacherBank`` makes (:func:`ofl_core.distill.kernels.narrow_input_convs`);
 - forward + backward of one BN layer's L_BN term on channels-last inputs: plain autograd
-  through the shifted-moment formula (previous) vs :func:`ofl_core.synthesis.bn_statistics_term`
-  (the same forward, a one-pass fused backward);
+  through the shifted-moment formula (previous) vs
+  :func:`ofl_core.distill.losses.bn_statistics_term` (the same forward, a one-pass fused backward);
 - 5 teachers' forward + input backward + L_BN (what a DENSE generator step asks of them):
   a ``TeacherBank`` with its first convolutions left stock vs the bank as built.
 
@@ -24,13 +25,9 @@ from bench_dense import make_teachers, median_alternating  # same folder: run as
 from bench_generator_kernels import fwd_bwd, parse_args, report
 
 from ofl_core.cpu_memory import large_blocks_from_heap
-from ofl_core.synthesis import (
-    NarrowInputConv2d,
-    TeacherBank,
-    _narrow_input_pays,
-    bn_statistics_term,
-    narrow_input_conv_grad,
-)
+from ofl_core.distill.kernels import NarrowInputConv2d, narrow_input_conv_grad, narrow_input_pays
+from ofl_core.distill.losses import bn_statistics_term
+from ofl_core.distill.teachers import TeacherBank
 
 # (C_in, C_out, kernel, padding, size): cnn_cifar, cnn_mnist, resnet18 (CIFAR stem), lenet,
 # then layers where the rewrite loses and is not used.
@@ -76,7 +73,7 @@ def main() -> None:
                 "narrow_input_conv_grad": lambda gy=gy, w=w, size=size, pad=pad: (
                     narrow_input_conv_grad(gy, w, (size, size), (pad, pad))),
             }, args.reps)
-            used = "used" if _narrow_input_pays(conv) else "not used"
+            used = "used" if narrow_input_pays(conv) else "not used"
             report(f"input gradient of conv {c_in} -> {c_out} {k}x{k} pad {pad}, {size} px "
                    f"(TeacherBank: {used}):", t, "convolution_backward (oneDNN)")
         for shape in ((256, 16, 28, 28), (256, 32, 14, 14)):

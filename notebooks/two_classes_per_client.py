@@ -60,8 +60,9 @@ import dataclasses
 import pandas as pd
 
 from ofl_core.clients import LocalTrainConfig, build_from_upload
-from ofl_core.ensemble import SAEnsemble
 from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
+from ofl_core.fedhydra.aggregation import SAEnsemble
+from ofl_core.fedhydra.stratification import block_structure, stratify
 from ofl_core.plots import (
     plot_curves,
     plot_grouped_bars,
@@ -70,7 +71,6 @@ from ofl_core.plots import (
     save_figure,
 )
 from ofl_core.results import compare_with_paper, record, records_frame
-from ofl_core.stratification import block_structure, stratify
 
 local = LocalTrainConfig(arch=arch, epochs=local_epochs)
 server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,

@@ -11,7 +11,7 @@ clients must be homogeneous (a clear ``ValueError`` otherwise, before any traini
 :func:`run_rounds` is the driver; :func:`run_multi_round_methods` runs it for several methods
 on one experiment's partition and returns one :class:`~ofl_core.results.ResultRecord` per
 method and round (``setting`` e.g. ``"rounds=2;local_epochs=10"``, as in paper_results.csv).
-With DENSE it computes exactly what :func:`ofl_core.methods.dense.run_multi_round` does.
+With DENSE it is what the former ``dense.run_multi_round`` computed (bit-identical).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def server_for(name: str, cfg: Any, warm_start: bool = True) -> ServerFn:
     """A registry method as a multi-round server step.
 
     DENSE and FedHydra distil into a student; with ``warm_start`` it starts from the previous
-    round's global model (round 1: a fresh student), as ``dense.run_multi_round`` does. Other
+    round's global model (round 1: a fresh student). Other
     methods ignore the previous global model: FedAvg averages clients that started from it,
     FedDF starts from that average. Methods whose output is not a single model of the clients'
     architecture (ensemble, FedOneShot, FedCVAE) are rejected by :func:`run_rounds`.
@@ -57,7 +57,7 @@ def server_for(name: str, cfg: Any, warm_start: bool = True) -> ServerFn:
 
         return dense
     if name == "fedhydra":
-        from .methods.fedhydra import run_fedhydra
+        from .fedhydra.server import run_fedhydra
 
         def fedhydra(ups: list[ClientUpload], ctx: ServerContext,
                      state: dict[str, torch.Tensor] | None) -> ServerResult:

@@ -38,16 +38,6 @@ def tiny_dataset():
                         classes=("a", "b", "c", "d"))
 
 
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    """Tiny models run fastest (and reproducibly) on one thread; restored after the module.
-    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def fedcvae_synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """4 classes, 32×32: class c = a bright 10×10 square in quadrant c (±2 px jitter) on a dark
     noisy image."""
@@ -95,3 +85,73 @@ def fedcvae_tiny() -> dict:
 
     return {"ds": ds, "part": part, "cfg": cfg, "uploads": uploads, "x_test": xte,
             "y_test": yte, "context": context}
+def one_thread():
+    """One intra-op thread for a test module (``pytestmark = pytest.mark.usefixtures(...)``):
+    tiny models only lose time to threading on a shared CPU, and exact-equality checks need a
+    fixed thread count."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+#: classes of the synthetic "bars" data set of the FedHydra tests
+C6 = 6
+
+
+def make_bars(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """6 classes of 28×28 grayscale images: a bright 9×7 bar at one of 2×3 positions (jittered
+    by a few pixels) on a dim noisy background. uint8 (n, 1, 28, 28) and labels."""
+    y = torch.randint(0, C6, (n,), generator=gen)
+    r0 = 2 + (y // 3) * 13 + torch.randint(0, 4, (n,), generator=gen)
+    c0 = 1 + (y % 3) * 9 + torch.randint(0, 3, (n,), generator=gen)
+    idx = torch.arange(28)
+    rows = (idx[None] >= r0[:, None]) & (idx[None] < r0[:, None] + 9)
+    cols = (idx[None] >= c0[:, None]) & (idx[None] < c0[:, None] + 7)
+    bar = (rows[:, :, None] & cols[:, None, :]).float()
+    x = torch.rand(n, 28, 28, generator=gen) * 0.3 * (1 - bar) + 0.85 * bar
+    return (x * 255).round().to(torch.uint8).unsqueeze(1), y
+
+
+@pytest.fixture(scope="module")
+def bars():
+    """The 6-class bars data set (480 train, 300 test images)."""
+    from ofl_core.data.datasets import ImageDataset
+
+    g = torch.Generator().manual_seed(0)
+    xtr, ytr = make_bars(480, g)
+    xte, yte = make_bars(300, g)
+    return ImageDataset("bars", xtr, ytr, xte, yte, num_classes=C6)
+
+
+def bars_clients(data, scheme: str) -> tuple[list, object]:
+    """Three cnn_mnist clients trained on ``data`` split by ``scheme``, and a server context
+    that evaluates on its test set."""
+    from ofl_core.clients import LocalTrainConfig, train_clients
+    from ofl_core.data.partition import make_partition
+    from ofl_core.evaluate import accuracy
+    from ofl_core.methods import ServerContext
+
+    part = make_partition(data.y_train.numpy(), 3, scheme, seed=1, classes_per_client=2,
+                          num_classes=C6)
+    local = LocalTrainConfig(arch="cnn_mnist", epochs=3, batch_size=32)
+    uploads = train_clients(data, part, local, seed=1, workers=1, progress=False)
+
+    def evaluate(model: torch.nn.Module) -> float:
+        return accuracy(model, data.x_test, data.y_test)
+
+    ctx = ServerContext(num_classes=C6, in_channels=1, image_size=28, seed=3, evaluate=evaluate,
+                        progress=False)
+    return uploads, ctx
+
+
+@pytest.fixture(scope="module")
+def two_per_client(bars):
+    """Three cnn_mnist clients on 2c/c (client k holds classes 2k, 2k+1)."""
+    return bars_clients(bars, "classes_per_client")
+
+
+@pytest.fixture(scope="module")
+def iid_clients(bars):
+    """Three cnn_mnist clients on an IID split (their mean ensemble is ≈ 100% accurate)."""
+    return bars_clients(bars, "iid")

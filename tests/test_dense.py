@@ -16,8 +16,9 @@ from ofl_core.evaluate import accuracy
 from ofl_core.methods import METHODS, ServerContext, method_config, run_method
 from ofl_core.methods.adi import FedADIConfig
 from ofl_core.methods.dafl import FedDAFLConfig
-from ofl_core.methods.dense import DenseConfig, run_multi_round
+from ofl_core.methods.dense import DenseConfig
 from ofl_core.methods.feddf import FedDFConfig, adapt_images
+from ofl_core.multi_round import run_rounds, server_for
 
 
 def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,13 +36,7 @@ def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Te
     return (x * 255).round().to(torch.uint8).unsqueeze(1), y
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: these tiny models only lose time to threading on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +138,12 @@ def test_multi_round_rejects_heterogeneous_clients(quadrants: ImageDataset) -> N
     part = make_partition(quadrants.y_train.numpy(), 2, "iid", seed=0)
     cfgs = [LocalTrainConfig(arch="cnn_mnist", epochs=1), LocalTrainConfig(arch="lenet", epochs=1)]
     with pytest.raises(ValueError, match="share one architecture"):
-        run_multi_round(quadrants, part, cfgs, DenseConfig(**TINY), rounds=2, seed=0,
-                        progress=False)
+        run_rounds(quadrants, part, cfgs, server_for("dense", DenseConfig(**TINY)), rounds=2,
+                   seed=0, progress=False)
     with pytest.raises(ValueError, match="student_arch"):
-        run_multi_round(quadrants, part, cfgs[0], DenseConfig(**TINY, student_arch="lenet"),
-                        rounds=2, seed=0, progress=False)
+        run_rounds(quadrants, part, cfgs[0],
+                   server_for("dense", DenseConfig(**TINY, student_arch="lenet")), rounds=2,
+                   seed=0, progress=False, workers=1, method="dense")
 
 
 # ---------------------------------------------------------------- end to end
@@ -227,8 +223,9 @@ def test_feddf_proxy_fallback_and_adapt(setup, tmp_path) -> None:
 def test_multi_round_dense(quadrants: ImageDataset) -> None:
     part = make_partition(quadrants.y_train.numpy(), 2, "dirichlet", alpha=0.5, seed=2)
     local = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32)
-    out = run_multi_round(quadrants, part, local, DenseConfig(**{**TINY, "epochs": 2}),
-                          rounds=2, seed=0, progress=False, workers=1)
+    server = server_for("dense", DenseConfig(**{**TINY, "epochs": 2}))
+    out = run_rounds(quadrants, part, local, server, rounds=2, seed=0, progress=False, workers=1,
+                     method="dense")
     assert [r.round for r in out.rounds] == [1, 2]
     assert all(r.last_acc is not None and len(r.client_accs) == 2 for r in out.rounds)
     assert len(out.accuracies) == 2 and len(out.results) == 2

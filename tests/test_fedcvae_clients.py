@@ -26,7 +26,7 @@ from ofl_core.models.cvae import CVAE, build_cvae, build_decoder, kl_divergence,
 from ofl_core.upload_cache import UploadCache
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("variant", ["cvae", "cvae_small"])

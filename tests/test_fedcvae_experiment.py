@@ -1,4 +1,4 @@
-"""Tests of ofl_core.fedcvae_experiment (FedCVAE experiments on the shared orchestration) and
+"""Tests of ofl_core.fedcvae.experiment (FedCVAE experiments on the shared orchestration) and
 ofl_core.plots.plot_accuracy_vs, on a tiny synthetic 4-class 32×32 dataset where each client
 holds one class (a bright square in quadrant c)."""
 
@@ -30,7 +30,7 @@ from ofl_core.methods import method_config
 from ofl_core.plots import plot_accuracy_vs
 
 C = 4
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def synthetic(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

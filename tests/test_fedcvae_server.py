@@ -37,7 +37,7 @@ from ofl_core.methods import METHODS, method_config, run_method
 from ofl_core.models.cvae import truncated_normal
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("width", [1.0, 2.0, 3.0])

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ofl_core.clients import ClientUpload
-from ofl_core.ensemble import Ensemble
+from ofl_core.combine import Ensemble
 from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.methods.fedavg import average_states
 from ofl_core.models import build_model

@@ -1,18 +1,16 @@
 """Method-agnostic multi-round FL (ofl_core.multi_round): the global model goes back to every
-client each round; DENSE through it equals dense.run_multi_round; FedHydra and FedAvg warm
-starts; records carry the paper's setting strings; clear errors for what cannot be sent back."""
+client each round; FedHydra and FedAvg warm starts; records carry the paper's setting strings;
+clear errors for what cannot be sent back."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ofl_core.client_training import train_clients
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.methods import method_config
-from ofl_core.methods.dense import DenseConfig, run_multi_round
 from ofl_core.multi_round import run_multi_round_methods, run_rounds, server_for
 from ofl_core.upload_cache import state_hash
 
@@ -22,29 +20,12 @@ HYDRA_TINY = dict(epochs=2, steps_per_epoch=2, batch_size=16, kd_batch_size=16, 
                   strat_steps=2, strat_batch_size=8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
 def part(tiny_dataset):
     return make_partition(tiny_dataset.y_train.numpy(), 2, "dirichlet", alpha=0.5, seed=1)
-
-
-def test_dense_through_the_generic_driver_equals_dense_run_multi_round(tiny_dataset, part):
-    cfg = DenseConfig(**DENSE_TINY)
-    ref = run_multi_round(tiny_dataset, part, LOCAL, cfg, rounds=2, seed=3, workers=1,
-                          progress=False)
-    got = run_rounds(tiny_dataset, part, LOCAL, server_for("dense", cfg), rounds=2, seed=3,
-                     workers=1, progress=False, method="dense")
-    assert [r.round for r in got.rounds] == [1, 2]
-    assert got.accuracies == ref.accuracies
-    assert [r.client_accs for r in got.rounds] == [r.client_accs for r in ref.rounds]
-    assert state_hash(got.model.state_dict()) == state_hash(ref.model.state_dict())
 
 
 def test_clients_of_round_two_start_from_the_global_model(tiny_dataset, part):
@@ -70,7 +51,7 @@ def test_clients_of_round_two_start_from_the_global_model(tiny_dataset, part):
 
 
 def test_fedhydra_warm_start_uses_the_previous_global_model(tiny_dataset, part, monkeypatch):
-    import ofl_core.methods.fedhydra as fh
+    import ofl_core.fedhydra.server as fh
 
     states = []
     real = fh.run_fedhydra

@@ -1,4 +1,5 @@
-"""FedHydra Fig. 6b check (stratification.block_structure) and the figures it needs."""
+"""FedHydra Fig. 6b check (ofl_core.fedhydra.stratification.block_structure) and the figures
+it needs."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from ofl_core.fedhydra.stratification import block_structure
 from ofl_core.plots import plot_grouped_bars, plot_heatmap, plot_histograms
-from ofl_core.stratification import block_structure
 
 #: 2c/c with m = 3, C = 6: client k owns classes 2k, 2k+1
 COUNTS = np.kron(np.eye(3, dtype=int), np.ones((1, 2), dtype=int)) * 100

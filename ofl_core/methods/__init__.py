@@ -11,7 +11,8 @@ import torch
 
 from ..cpu_memory import large_blocks_from_heap
 from ..fedcvae import server as fedcvae_server
-from . import adi, dafl, dense, ensemble, fedavg, feddf, fedhydra, fedoneshot, ot_fusion
+from ..fedhydra import server as fedhydra
+from . import adi, dafl, dense, ensemble, fedavg, feddf, fedoneshot, ot_fusion
 from .base import ServerContext, ServerResult, check_homogeneous
 
 #: method name -> (config class, run function)

@@ -3,9 +3,8 @@
 
 Per epoch: sample z ~ N(0, I) and labels y; T_G Adam steps of the generator G on
 L_gen = CE(D(x̂), y) + λ1·L_BN + λ2·L_div (Eq. 5); then distil the ensemble D into the student S
-with L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (Eq. 6), SGD with momentum. Also here:
-:func:`run_multi_round` (DENSE Table 5: T_c rounds, the global model sent back as every
-client's initialisation).
+with L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (Eq. 6), SGD with momentum. Multi-round DENSE (Table 5) is
+:mod:`ofl_core.multi_round` with :func:`run_dense`'s ``student_state``.
 """
 
 from __future__ import annotations
@@ -18,38 +17,23 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
-from ..client_training import train_clients
-from ..clients import ClientUpload, LocalTrainConfig, build_from_upload
-from ..data.datasets import ImageDataset
-from ..data.partition import Partition
-from ..models import MODEL_NAMES
+from ..clients import ClientUpload
+from ..distill.config import GeneratorConfig, check_distill_config
+from ..distill.generator import build_generator, generator_forward, reinit_generator
+from ..distill.kernels import autocast_context
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
+from ..distill.losses import boundary_support_loss
+from ..distill.pool import ImagePool, augment_batch
+from ..distill.teachers import TeacherBank
 from ..presets import check_preset
-from ..seeds import derive_seed
-from ..synthesis import (
-    EvalCurve,
-    ImagePool,
-    TeacherBank,
-    augment_batch,
-    autocast_context,
-    boundary_support_loss,
-    build_generator,
-    fuse_relu_maxpool,
-    generator_forward,
-    image_grid,
-    kd_loss,
-    reinit_generator,
-    server_student,
-)
-from ..upload_cache import UploadCache
 from .base import ServerContext, ServerResult
 
 ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig:
+class DenseConfig(GeneratorConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -87,16 +71,7 @@ class DenseConfig:
     by default).
     """
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
     kd_batch_size: int = 128
-    nz: int = 256
-    ngf: int = 64
-    g_lr: float = 1e-3
-    g_betas: tuple[float, float] = (0.5, 0.999)
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     kd_temperature: float = 1.0
     ce_weight: float = 1.0
     bn_weight: float = 1.0
@@ -110,54 +85,18 @@ class DenseConfig:
     pool_uint8: bool = True
     synthesis_student_mode: Literal["eval", "train"] = "eval"
     ablation: Literal["ce_only", "no_bn", "no_div"] | None = None
-    student_arch: str | None = None
     label: str | None = None
-    eval_every: int = 1
     log_every: int = 10
     num_images: int = 64
-    fast_generator: bool = True
-    batched_teachers: bool | Literal["auto"] = "auto"
-    channels_last: bool | Literal["auto"] = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
-        for name in ("epochs", "steps_per_epoch", "batch_size", "kd_batch_size", "nz", "ngf",
-                     "eval_every", "log_every"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name == "epochs" else 1):
-                raise ValueError(f"DenseConfig.{name} must be an integer ≥ "
-                                 f"{0 if name == 'epochs' else 1} (got {v!r})")
-        if self.num_images < 0:
-            raise ValueError(f"DenseConfig.num_images must be ≥ 0 (got {self.num_images})")
-        for name in ("g_lr", "kd_lr", "kd_temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"DenseConfig.{name} must be > 0 (got {getattr(self, name)})")
-        for name in ("ce_weight", "bn_weight", "adv_weight", "kd_momentum"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"DenseConfig.{name} must be ≥ 0 (got {getattr(self, name)})")
-        if len(self.g_betas) != 2 or not all(0 <= b < 1 for b in self.g_betas):
-            raise ValueError(f"DenseConfig.g_betas must be two numbers in [0, 1) "
-                             f"(got {self.g_betas})")
-        if self.kd_data not in ("fresh", "pool"):
-            raise ValueError(
-                f"DenseConfig.kd_data must be 'fresh' or 'pool' (got {self.kd_data!r})")
-        if self.pool_augment not in ("auto", "none", "flip", "crop_flip"):
-            raise ValueError("DenseConfig.pool_augment must be 'auto', 'none', 'flip' or "
-                             f"'crop_flip' (got {self.pool_augment!r})")
-        if self.synthesis_student_mode not in ("eval", "train"):
-            raise ValueError("DenseConfig.synthesis_student_mode must be 'eval' or 'train' "
-                             f"(got {self.synthesis_student_mode!r})")
-        if self.ablation not in ABLATIONS:
-            raise ValueError(f"DenseConfig.ablation must be one of {ABLATIONS} "
-                             f"(got {self.ablation!r})")
-        if self.student_arch is not None and self.student_arch not in MODEL_NAMES:
-            raise ValueError(f"DenseConfig.student_arch: unknown model {self.student_arch!r}; "
-                             f"known: {', '.join(MODEL_NAMES)}")
-        for name in ("batched_teachers", "channels_last"):
-            if getattr(self, name) not in (True, False, "auto"):
-                raise ValueError(f"DenseConfig.{name} must be True, False or 'auto'")
+        check_distill_config(
+            self, counts=("kd_batch_size", "nz", "ngf", "log_every"),
+            positive=("g_lr", "kd_temperature"),
+            nonnegative=("ce_weight", "bn_weight", "adv_weight"),
+            choices={"kd_data": ("fresh", "pool"),
+                     "pool_augment": ("auto", "none", "flip", "crop_flip"),
+                     "synthesis_student_mode": ("eval", "train"), "ablation": ABLATIONS})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> DenseConfig:
@@ -267,18 +206,11 @@ class Distiller:
         self.amp = autocast_context(device, amp)
 
     def step(self, xb: torch.Tensor) -> torch.Tensor:
+        """Augment ``xb`` (KD-time augmentation), then one SGD step on L_dis (Eq. 6)."""
         xb = augment_batch(xb, self.augment, self.rng)
         if self.bank.channels_last:
             xb = xb.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad(), self.amp:
-            t_out = self.bank(xb)
-        with self.amp:
-            s_out = self.student(xb)
-        loss = kd_loss(s_out, t_out, self.t)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        return loss.detach()
+        return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp)
 
 
 def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> ServerResult:
@@ -286,222 +218,142 @@ def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> Se
     return run_dense(uploads, cfg, ctx)
 
 
+@dataclass
+class DenseLog:
+    """What DENSE records: the generator losses every ``log_every``-th step, the per-epoch
+    mean KD loss, the student step count, the stage timings and the last synthetic batch."""
+
+    steps: dict[str, list] = field(default_factory=lambda: {
+        "epoch": [], "step": [], "ce": [], "bn": [], "div": [], "total": []})
+    kd_losses: list[torch.Tensor] = field(default_factory=list)
+    kd_steps: int = 0
+    t_gen: float = 0.0
+    t_kd: float = 0.0
+    last_x: torch.Tensor | None = None
+    last_y: torch.Tensor | None = None
+
+
+def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg: DenseConfig,
+                        rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
+    """G's Adam (G initialised at Alg. 1 line 4; ⚑ ``reinit_generator``: a fresh G and Adam
+    every epoch, as DENSE's code)."""
+    if cfg.reinit_generator and epoch > 0:
+        reinit_generator(gen, rng)
+    if opt_g is None or cfg.reinit_generator:
+        opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
+    return opt_g
+
+
+def sample_latents(cfg: DenseConfig, num_classes: int, rng: torch.Generator,
+                   dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1 line 6: z ~ N(0, I) (b, nz) and labels y uniform over the C classes
+    (⚑ sorted with ``sorted_labels``)."""
+    z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
+    y = torch.randint(0, num_classes, (cfg.batch_size,), generator=rng)
+    if cfg.sorted_labels:
+        y = y.sort().values
+    return z, y.to(dev)
+
+
+def generation_stage(synth: DenseSynthesizer, z: torch.Tensor, y: torch.Tensor,
+                     opt_g: torch.optim.Optimizer, cfg: DenseConfig, epoch: int, log: DenseLog,
+                     keep_best: bool) -> torch.Tensor | None:
+    """Alg. 1 lines 7–11: T_G Adam steps of G (⚑ and z with ``optimize_z``) on L_gen (Eq. 5).
+    Returns the epoch's lowest-loss batch x̂ when ``keep_best`` (DENSE's code), kept without a
+    host sync."""
+    opts = [opt_g]
+    if cfg.optimize_z:
+        z.requires_grad_(True)
+        opts.append(torch.optim.Adam([z], lr=cfg.g_lr, betas=cfg.g_betas))
+    synth.freeze_student()
+    best_loss = torch.full((), float("inf"), device=z.device)
+    best_x = None
+    for j in range(cfg.steps_per_epoch):
+        loss, parts, x = synth.step(z, y, opts)
+        if keep_best:
+            best_x = x if best_x is None else torch.where(loss < best_loss, x, best_x)
+            best_loss = torch.minimum(best_loss, loss)
+        step = epoch * cfg.steps_per_epoch + j
+        if step % cfg.log_every == 0:
+            log.steps["epoch"].append(epoch)
+            log.steps["step"].append(step)
+            for k, v in parts.items():
+                log.steps[k].append(v)
+    return best_x
+
+
+def distillation_stage(distiller: Distiller, synth: DenseSynthesizer, pool: ImagePool | None,
+                       best_x: torch.Tensor | None, z: torch.Tensor, y: torch.Tensor,
+                       cfg: DenseConfig, rng: torch.Generator, log: DenseLog) -> None:
+    """Alg. 1 lines 12–14: SGD steps of the student on L_dis (Eq. 6). ``kd_data="pool"``: the
+    best batch joins the pool, then one shuffled pass over it; ``"fresh"``: one step on G(z)."""
+    synth.student.requires_grad_(True)
+    synth.student.train()
+    if pool is not None:
+        pool.add(best_x)
+        log.last_x, log.last_y = best_x, y
+        ep_losses = [distiller.step(xb) for xb in pool.batches(cfg.kd_batch_size, rng)]
+    else:
+        with torch.no_grad(), synth.amp:
+            x_kd = generator_forward(synth.gen, z.detach(), cfg.fast_generator).float()
+        log.last_x, log.last_y = x_kd, y
+        ep_losses = [distiller.step(x_kd)]
+    log.kd_steps += len(ep_losses)
+    log.kd_losses.append(torch.stack(ep_losses).mean())
+
+
 def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
               student_state: dict[str, torch.Tensor] | None = None) -> ServerResult:
-    """:func:`run` with an optional initial student state (multi-round DENSE)."""
-    if not uploads:
-        raise ValueError("DENSE: no client uploads")
-    dev = torch.device(ctx.device)
-    bank = TeacherBank([build_from_upload(u, dev) for u in uploads],
-                       batched=cfg.batched_teachers, channels_last=cfg.channels_last)
-    student, s_arch = server_student(uploads, cfg.student_arch, ctx.num_classes,
-                                     ctx.in_channels, ctx.image_size,
-                                     derive_seed(ctx.seed, "dense-student"), dev, "DENSE")
-    if student_state is not None:
-        student.load_state_dict(student_state)
-    if bank.channels_last:
-        student.to(memory_format=torch.channels_last)
-    unfuse = fuse_relu_maxpool(student)  # exact; undone before returning
-    rng = torch.Generator().manual_seed(derive_seed(ctx.seed, "dense"))
+    """DENSE Algorithm 1; :func:`run` with an optional initial student state (multi-round)."""
+    run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state)
+    rng, dev = run_.rng, run_.device
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
-    synth = DenseSynthesizer(gen, bank, student, cfg, rng, dev)
+    synth = DenseSynthesizer(gen, run_.bank, run_.student, cfg, rng, dev)
     pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
-    kd_aug = (resolve_pool_augment(cfg.pool_augment, cfg.augment, ctx.in_channels)
-              if pool is not None else synth.augment)
-    distiller = Distiller(bank, student, torch.optim.SGD(student.parameters(), lr=cfg.kd_lr,
-                                                         momentum=cfg.kd_momentum),
-                          cfg.kd_temperature, kd_aug, rng, dev, cfg.amp)
+    distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels)
+    log = DenseLog()
     opt_g: torch.optim.Optimizer | None = None
-    tracker = EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every)
-    log: dict[str, list] = {"epoch": [], "step": [], "ce": [], "bn": [], "div": [], "total": []}
-    kd_losses: list[torch.Tensor] = []
-    kd_steps = 0
-    t_gen = t_kd = 0.0
-    last_x = last_y = None
-
-    bar = tqdm(range(cfg.epochs), desc="DENSE", disable=not ctx.progress)
-    for epoch in bar:
+    for epoch in run_.epochs():  # Alg. 1 line 5: for T epochs
         t0 = time.perf_counter()
-        # ---- data generation stage (Alg. 1 lines 7-11) ----
-        if cfg.reinit_generator and epoch > 0:
-            reinit_generator(gen, rng)
-        if opt_g is None or cfg.reinit_generator:
-            opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
-        z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
-        y = torch.randint(0, ctx.num_classes, (cfg.batch_size,), generator=rng)
-        if cfg.sorted_labels:
-            y = y.sort().values
-        y = y.to(dev)
-        opts = [opt_g]
-        if cfg.optimize_z:
-            z.requires_grad_(True)
-            opts.append(torch.optim.Adam([z], lr=cfg.g_lr, betas=cfg.g_betas))
-        synth.freeze_student()
-        best_loss = torch.full((), float("inf"), device=dev)
-        best_x = None
-        for j in range(cfg.steps_per_epoch):
-            loss, parts, x = synth.step(z, y, opts)
-            if pool is not None:
-                # the lowest-loss batch of the epoch (DENSE's code), kept without a host sync
-                best_x = x if best_x is None else torch.where(loss < best_loss, x, best_x)
-                best_loss = torch.minimum(best_loss, loss)
-            step = epoch * cfg.steps_per_epoch + j
-            if step % cfg.log_every == 0:
-                log["epoch"].append(epoch)
-                log["step"].append(step)
-                for k, v in parts.items():
-                    log[k].append(v)
+        opt_g = generator_optimizer(gen, opt_g, cfg, rng, epoch)
+        z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
+        best_x = generation_stage(synth, z, y, opt_g, cfg, epoch, log, pool is not None)
         t1 = time.perf_counter()
-        # ---- model distillation stage (Alg. 1 lines 12-14) ----
-        student.requires_grad_(True)
-        student.train()
-        if pool is not None:
-            pool.add(best_x)
-            last_x, last_y = best_x, y
-            ep_losses = [distiller.step(xb) for xb in pool.batches(cfg.kd_batch_size, rng)]
-        else:
-            with torch.no_grad(), synth.amp:
-                x_kd = generator_forward(gen, z.detach(), cfg.fast_generator).float()
-            last_x, last_y = x_kd, y
-            ep_losses = [distiller.step(x_kd)]
-        kd_steps += len(ep_losses)
-        kd_losses.append(torch.stack(ep_losses).mean())
-        t_gen += t1 - t0
-        t_kd += time.perf_counter() - t1
-        acc = tracker(epoch, student)
-        if acc is not None:
-            bar.set_postfix(acc=f"{acc:.2f}")
-    bar.close()
-    bank.close()
-    unfuse()
-    student.eval().to(memory_format=torch.contiguous_format)
-    images, labels = (image_grid(last_x, last_y, cfg.num_images) if last_x is not None
-                      else (None, None))
-    extras = {
-        "student_arch": s_arch,
+        distillation_stage(distiller, synth, pool, best_x, z, y, cfg, rng, log)
+        log.t_gen += t1 - t0
+        log.t_kd += time.perf_counter() - t1
+    return run_.result(cfg.method_name, cfg.preset, dense_extras(run_, cfg, pool, log),
+                       samples=(log.last_x, log.last_y), num_images=cfg.num_images)
+
+
+def make_distiller(run_: DistillRun, cfg: DenseConfig, from_pool: bool, synth_augment: str,
+                   in_channels: int) -> Distiller:
+    """The student's SGD on L_dis (Eq. 6), with the KD-time augmentation."""
+    kd_aug = (resolve_pool_augment(cfg.pool_augment, cfg.augment, in_channels) if from_pool
+              else synth_augment)
+    opt = torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
+    return Distiller(run_.bank, run_.student, opt, cfg.kd_temperature, kd_aug, run_.rng,
+                     run_.device, cfg.amp)
+
+
+def dense_extras(run_: DistillRun, cfg: DenseConfig, pool: ImagePool | None,
+                 log: DenseLog) -> dict:
+    """DENSE's own result extras (beside :meth:`DistillRun.result`'s common ones)."""
+    return {
         "loss_weights": dict(zip(("ce", "bn", "div"), cfg.loss_weights, strict=True)),
         "kd_data": cfg.kd_data,
         "pool_size": len(pool) if pool is not None else 0,
         "pool_batches": pool.num_batches if pool is not None else 0,
-        "kd_steps": kd_steps,
+        "kd_steps": log.kd_steps,
         "generator_steps": cfg.epochs * cfg.steps_per_epoch,
-        "teachers_batched": bank.batched,
-        "channels_last": bank.channels_last,
+        "channels_last": run_.bank.channels_last,
         "amp": cfg.amp,
-        "curve_epochs": tracker.epochs_done,
         "losses": {k: (torch.stack(v).tolist() if v and isinstance(v[0], torch.Tensor) else v)
-                   for k, v in log.items()},
-        "kd_loss": torch.stack(kd_losses).tolist() if kd_losses else [],
-        "image_labels": labels,
-        "time_generator_s": round(t_gen, 3),
-        "time_kd_s": round(t_kd, 3),
+                   for k, v in log.steps.items()},
+        "kd_loss": as_floats(log.kd_losses),
+        "time_generator_s": round(log.t_gen, 3),
+        "time_kd_s": round(log.t_kd, 3),
     }
-    return ServerResult(method=cfg.method_name, preset=cfg.preset, model=student,
-                        curve=tracker.curve, last_acc=tracker.last, best_acc=tracker.best,
-                        images=images, extras=extras)
 
 
-# --------------------------------------------------------------------------------------------
-# Multi-round DENSE (Table 5)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RoundRecord:
-    """One communication round of multi-round DENSE."""
-
-    round: int
-    last_acc: float | None
-    best_acc: float | None
-    ensemble_acc: float
-    client_accs: list[float]
-    curve: list[float] = field(default_factory=list)
-    wall_time_s: float = 0.0
-
-
-@dataclass(eq=False)
-class MultiRoundResult:
-    rounds: list[RoundRecord]
-    model: nn.Module
-    results: list[ServerResult]
-
-    @property
-    def accuracies(self) -> list[float | None]:
-        """Last-epoch test accuracy of the global model after each round."""
-        return [r.last_acc for r in self.rounds]
-
-
-def run_multi_round(
-    dataset: ImageDataset,
-    partition: Partition,
-    local_cfg: LocalTrainConfig | Sequence[LocalTrainConfig],
-    dense_cfg: DenseConfig,
-    rounds: int,
-    seed: int,
-    cache: UploadCache | None = None,
-    device: str = "cpu",
-    workers: int | str = "auto",
-    progress: bool = True,
-    warm_start_student: bool = True,
-) -> MultiRoundResult:
-    """Multi-round DENSE (Table 5): for each of ``rounds`` rounds, clients train from the
-    current global model (``train_clients(..., init_state=global_state)``; round 1 from the
-    shared initialisation), then DENSE distils them into the new global model.
-
-    Homogeneous only: the global model is every client's initialisation, so every client must
-    have the global model's architecture (a clear ``ValueError`` otherwise, before any
-    training). ``warm_start_student``: round r's student starts from round r−1's global model
-    (the paper does not say; see docs/decisions.md); round 1's from a fresh initialisation.
-    ``local_cfg`` should have ``epochs=10`` to match the paper (E = 10 in Table 5).
-    """
-    from ..ensemble import Ensemble
-    from ..evaluate import accuracy
-
-    if rounds < 1:
-        raise ValueError(f"rounds must be ≥ 1 (got {rounds})")
-    cfgs = list(local_cfg) if isinstance(local_cfg, Sequence) else [local_cfg]
-    kinds = sorted({(c.arch, tuple(c.model_kwargs)) for c in cfgs})
-    if len(kinds) > 1:
-        raise ValueError(
-            "multi-round DENSE sends the global model back as every client's initialisation, "
-            "so all clients must share one architecture; got "
-            f"{sorted({c.arch for c in cfgs})} (heterogeneous clients: use one-shot DENSE)")
-    arch = cfgs[0].arch
-    if dense_cfg.student_arch is not None and dense_cfg.student_arch != arch:
-        raise ValueError(
-            f"multi-round DENSE: student_arch={dense_cfg.student_arch!r} differs from the "
-            f"clients' architecture {arch!r}; the global model must be the clients' model")
-    records: list[RoundRecord] = []
-    results: list[ServerResult] = []
-    global_state = None
-    model = None
-    for r in range(1, rounds + 1):
-        t0 = time.perf_counter()
-        uploads = train_clients(dataset, partition, local_cfg, seed, cache=cache, device=device,
-                                workers=workers, progress=progress, init_state=global_state)
-        models = [build_from_upload(u, device) for u in uploads]
-        client_accs = [accuracy(mdl, dataset.x_test, dataset.y_test, device=device)
-                       for mdl in models]
-        ens_acc = accuracy(Ensemble(models), dataset.x_test, dataset.y_test, device=device)
-
-        def evaluate(mdl: nn.Module) -> float:
-            return accuracy(mdl, dataset.x_test, dataset.y_test, device=device)
-
-        ctx = ServerContext(num_classes=dataset.num_classes, in_channels=dataset.channels,
-                            image_size=dataset.image_size, seed=derive_seed(seed, "round", r),
-                            device=device, evaluate=evaluate, progress=progress)
-        warm = global_state if (warm_start_student and global_state is not None) else None
-        res = run_dense(uploads, dense_cfg, ctx, student_state=warm)
-        model = res.model
-        global_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        results.append(res)
-        records.append(RoundRecord(round=r, last_acc=res.last_acc, best_acc=res.best_acc,
-                                   ensemble_acc=ens_acc, client_accs=client_accs,
-                                   curve=list(res.curve),
-                                   wall_time_s=round(time.perf_counter() - t0, 3)))
-    assert model is not None
-    return MultiRoundResult(rounds=records, model=model, results=results)
-
-
-__all__ = ["DenseConfig", "DenseSynthesizer", "Distiller", "MultiRoundResult", "RoundRecord",
-           "run", "run_dense", "run_multi_round"]
+__all__ = ["DenseConfig", "DenseLog", "DenseSynthesizer", "Distiller", "run", "run_dense"]

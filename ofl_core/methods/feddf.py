@@ -11,30 +11,20 @@ is converted to the task's channels and size. ``ServerResult.extras["proxy"]`` s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from ..clients import ClientUpload, build_from_upload
-from ..models import MODEL_NAMES
-from ..presets import check_preset
-from ..seeds import derive_seed
-from ..synthesis import (
-    EvalCurve,
-    TeacherBank,
-    autocast_context,
-    fuse_relu_maxpool,
-    kd_loss,
-    server_student,
-)
+from ..clients import ClientUpload
+from ..distill.config import DistillConfig, check_distill_config
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from .base import ServerContext, ServerResult
 from .fedavg import average_states
 
 
 @dataclass(frozen=True)
-class FedDFConfig:
+class FedDFConfig(DistillConfig):
     """FedDF with DENSE's "same setting as ours" (§3.1.4): T = 200 epochs of
     ``steps_per_epoch`` = 30 (= T_G) KD steps, batch 128, SGD 0.01 momentum 0.9, temperature 1.
 
@@ -45,40 +35,14 @@ class FedDFConfig:
     initialisation) when the clients are homogeneous and the student has their architecture.
     No authors' code exists: both presets are equal."""
 
-    epochs: int = 200
-    steps_per_epoch: int = 30
-    batch_size: int = 128
-    kd_lr: float = 0.01
-    kd_momentum: float = 0.9
     kd_temperature: float = 1.0
     proxy: str = "noise"
     proxy_data_root: str | None = None
     fallback_to_noise: bool = True
     init_from_fedavg: bool = True
-    student_arch: str | None = None
-    eval_every: int = 1
-    batched_teachers: bool | str = "auto"
-    channels_last: bool | str = "auto"
-    amp: bool = False
-    preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
-        for name in ("steps_per_epoch", "batch_size", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"FedDFConfig.{name} must be ≥ 1 (got {getattr(self, name)})")
-        if self.epochs < 0:
-            raise ValueError(f"FedDFConfig.epochs must be ≥ 0 (got {self.epochs})")
-        for name in ("kd_lr", "kd_temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"FedDFConfig.{name} must be > 0 (got {getattr(self, name)})")
-        if self.student_arch is not None and self.student_arch not in MODEL_NAMES:
-            raise ValueError(f"FedDFConfig.student_arch: unknown model {self.student_arch!r}")
-
-    @classmethod
-    def for_preset(cls, preset: str = "paper", **overrides: object) -> FedDFConfig:
-        check_preset(preset)
-        return replace(cls(preset=preset), **overrides)
+        check_distill_config(self, positive=("kd_temperature",))
 
     @property
     def method_name(self) -> str:
@@ -115,73 +79,42 @@ def load_proxy(cfg: FedDFConfig, ctx: ServerContext) -> tuple[torch.Tensor | Non
     return adapt_images(ds.x_train, ctx.in_channels, ctx.image_size), ds.name
 
 
+def proxy_batch(run_: DistillRun, proxy: torch.Tensor | None, cfg: FedDFConfig,
+                ctx: ServerContext) -> torch.Tensor:
+    """One unlabeled batch: fresh U(0, 1) noise, or ``batch_size`` proxy images drawn with
+    replacement; in the teachers' memory format."""
+    if proxy is None:
+        shape = (cfg.batch_size, ctx.in_channels, ctx.image_size, ctx.image_size)
+        xb = torch.rand(shape, generator=run_.rng).to(run_.device)
+    else:
+        idx = torch.randint(0, len(proxy), (cfg.batch_size,), generator=run_.rng)
+        xb = proxy[idx].to(run_.device).float().div_(255.0)
+    return run_.to_input(xb)
+
+
 def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> ServerResult:
-    """Distil the ensemble into the (FedAvg-initialised) student on the proxy data."""
-    if not uploads:
-        raise ValueError("FedDF: no client uploads")
-    dev = torch.device(ctx.device)
-    bank = TeacherBank([build_from_upload(u, dev) for u in uploads],
-                       batched=cfg.batched_teachers, channels_last=cfg.channels_last)
-    student, s_arch = server_student(uploads, cfg.student_arch, ctx.num_classes,
-                                     ctx.in_channels, ctx.image_size,
-                                     derive_seed(ctx.seed, "feddf-student"), dev, "FedDF")
-    archs = {u.arch for u in uploads}
-    init = "random"
-    if cfg.init_from_fedavg and archs == {s_arch}:
-        state = average_states([u.state_dict for u in uploads],
-                               [float(u.num_samples) for u in uploads])
-        student.load_state_dict(state)
-        init = "fedavg"
-    cl = bank.channels_last
-    if cl:
-        student.to(memory_format=torch.channels_last)
-    unfuse = fuse_relu_maxpool(student)  # exact; undone before returning
+    """Distil the ensemble into the (FedAvg-initialised) student on the proxy data with
+    KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6), SGD."""
+
+    def fedavg_init(student_arch: str) -> dict[str, torch.Tensor] | None:
+        if cfg.init_from_fedavg and {u.arch for u in uploads} == {student_arch}:
+            return average_states([u.state_dict for u in uploads],
+                                  [float(u.num_samples) for u in uploads])
+        return None
+
+    run_ = open_run(uploads, cfg, ctx, "FedDF", "feddf", student_init=fedavg_init)
+    init = "fedavg" if run_.student_loaded else "random"
+    student = run_.student
     proxy, proxy_name = load_proxy(cfg, ctx)
-    rng = torch.Generator().manual_seed(derive_seed(ctx.seed, "feddf"))
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
-    amp = autocast_context(dev, cfg.amp)
-    tracker = EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every)
-    shape = (cfg.batch_size, ctx.in_channels, ctx.image_size, ctx.image_size)
     kd_losses = []
     student.train()
-    bar = tqdm(range(cfg.epochs), desc="FedDF", disable=not ctx.progress)
-    for epoch in bar:
-        ep = []
-        for _ in range(cfg.steps_per_epoch):
-            if proxy is None:
-                xb = torch.rand(shape, generator=rng).to(dev)
-            else:
-                idx = torch.randint(0, len(proxy), (cfg.batch_size,), generator=rng)
-                xb = proxy[idx].to(dev).float().div_(255.0)
-            if cl:
-                xb = xb.contiguous(memory_format=torch.channels_last)
-            with torch.no_grad(), amp:
-                t_out = bank(xb)
-            with amp:
-                s_out = student(xb)
-            loss = kd_loss(s_out, t_out, cfg.kd_temperature)
-            opt_s.zero_grad(set_to_none=True)
-            loss.backward()
-            opt_s.step()
-            ep.append(loss.detach())
+    for _epoch in run_.epochs():
+        ep = [ensemble_kd_step(run_.bank, student, opt_s, proxy_batch(run_, proxy, cfg, ctx),
+                               cfg.kd_temperature, run_.amp)
+              for _ in range(cfg.steps_per_epoch)]
         if ep:
             kd_losses.append(torch.stack(ep).mean())
-        acc = tracker(epoch, student)
-        if acc is not None:
-            bar.set_postfix(acc=f"{acc:.2f}")
-    bar.close()
-    bank.close()
-    unfuse()
-    student.eval().to(memory_format=torch.contiguous_format)
-    extras = {
-        "proxy": proxy_name,
-        "student_init": init,
-        "student_arch": s_arch,
-        "teachers_batched": bank.batched,
-        "curve_epochs": tracker.epochs_done,
-        "kd_loss": torch.stack(kd_losses).tolist() if kd_losses else [],
-        "kd_steps": cfg.epochs * cfg.steps_per_epoch,
-    }
-    return ServerResult(method=cfg.method_name, preset=cfg.preset, model=student,
-                        curve=tracker.curve, last_acc=tracker.last, best_acc=tracker.best,
-                        extras=extras)
+    extras = {"proxy": proxy_name, "student_init": init, "kd_loss": as_floats(kd_losses),
+              "kd_steps": cfg.epochs * cfg.steps_per_epoch}
+    return run_.result(cfg.method_name, cfg.preset, extras)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clients import ClientUpload, build_from_upload
-from ..ensemble import Ensemble
+from ..combine import Ensemble
 from ..presets import check_preset
 from .base import ServerContext, ServerResult
 

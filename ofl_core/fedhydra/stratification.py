@@ -24,7 +24,7 @@ summation order).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .seeds import derive_seed
-from .synthesis import build_generator, generator_forward
+from ..distill.generator import build_generator, generator_forward
+from ..seeds import derive_seed
 
 #: default floor of min L in Eq. 2 (see :func:`guidance_capability`)
 MIN_LOSS_FLOOR = 1e-300
@@ -150,6 +150,43 @@ def resolve_group(group: int | Literal["auto"], m: int, num_classes: int, batch_
     return group
 
 
+def stacked_generators(chunk: Sequence[tuple[int, int]], seed: int, nz: int, ngf: int,
+                       image_size: int, in_channels: int, batch_size: int, dev: torch.device,
+                       fast_generator: bool) -> tuple[Callable, dict, dict, torch.Tensor]:
+    """The generators G_kj of one group, stacked: (vmapped forward, stacked parameters,
+    stacked buffers, z of shape (G, b, nz)). G_kj and z_kj come from ``derive_seed(seed,
+    "stratify", k, j)`` only."""
+    gens, zs = [], []
+    for k, j in chunk:
+        rng = torch.Generator().manual_seed(derive_seed(seed, "stratify", k, j))
+        gens.append(_FastGenerator(
+            build_generator(nz, ngf, image_size, in_channels, rng, dev).train(),
+            fast_generator))
+        zs.append(torch.randn(batch_size, nz, generator=rng))
+    z = torch.stack(zs).to(dev)  # (G, b, nz)
+    params, buffers = torch.func.stack_module_state(gens)
+    base = copy.deepcopy(gens[0]).to("meta")
+
+    def gen_fn(p: dict, b: dict, zz: torch.Tensor, _base: nn.Module = base) -> torch.Tensor:
+        return torch.func.functional_call(_base, (p, b), (zz,))
+
+    return torch.vmap(gen_fn, randomness="error"), params, buffers, z
+
+
+def group_layout(chunk: Sequence[tuple[int, int]], batch_size: int, dev: torch.device
+                 ) -> tuple[list[int], dict, dict, torch.Tensor, torch.Tensor]:
+    """Where each client's generators sit in the group and their target labels: (clients,
+    positions per client, per-sample labels per client, k of each generator, j of each)."""
+    clients = sorted({k for k, _ in chunk})
+    pos = {k: torch.tensor([i for i, (kk, _) in enumerate(chunk) if kk == k], device=dev)
+           for k in clients}
+    tgt = {k: torch.tensor([j for kk, j in chunk if kk == k], device=dev)
+           .repeat_interleave(batch_size) for k in clients}
+    k_idx = torch.tensor([k for k, _ in chunk], device=dev)
+    j_idx = torch.tensor([j for _, j in chunk], device=dev)
+    return clients, pos, tgt, k_idx, j_idx
+
+
 def stratify(
     models: Sequence[nn.Module],
     num_classes: int,
@@ -203,30 +240,10 @@ def stratify(
     bar = tqdm(total=total, desc="FedHydra stratification", disable=not progress)
     for start in range(0, len(pairs), gsize):
         chunk = pairs[start : start + gsize]
-        gens, zs = [], []
-        for k, j in chunk:
-            rng = torch.Generator().manual_seed(derive_seed(seed, "stratify", k, j))
-            gens.append(_FastGenerator(
-                build_generator(nz, ngf, image_size, in_channels, rng, dev).train(),
-                fast_generator))
-            zs.append(torch.randn(batch_size, nz, generator=rng))
-        z = torch.stack(zs).to(dev)  # (G, b, nz)
-        params, buffers = torch.func.stack_module_state(gens)
-        base = copy.deepcopy(gens[0]).to("meta")
-
-        def gen_fn(p: dict, b: dict, zz: torch.Tensor, _base: nn.Module = base) -> torch.Tensor:
-            return torch.func.functional_call(_base, (p, b), (zz,))
-
-        batched_gen = torch.vmap(gen_fn, randomness="error")
+        batched_gen, params, buffers, z = stacked_generators(
+            chunk, seed, nz, ngf, image_size, in_channels, batch_size, dev, fast_generator)
         opt = torch.optim.Adam(list(params.values()), lr=lr, betas=betas)
-        # positions of each client's generators in the chunk, and their target labels
-        clients = sorted({k for k, _ in chunk})
-        pos = {k: torch.tensor([i for i, (kk, _) in enumerate(chunk) if kk == k], device=dev)
-               for k in clients}
-        tgt = {k: torch.tensor([j for kk, j in chunk if kk == k], device=dev)
-               .repeat_interleave(batch_size) for k in clients}
-        k_idx = torch.tensor([k for k, _ in chunk], device=dev)
-        j_idx = torch.tensor([j for _, j in chunk], device=dev)
+        clients, pos, tgt, k_idx, j_idx = group_layout(chunk, batch_size, dev)
         for t in range(steps):
             x = batched_gen(params, buffers, z)  # (G, b, ch, H, W)
             per_gen = x.new_zeros(len(chunk))
@@ -283,4 +300,5 @@ def block_structure(weights: torch.Tensor, counts: Sequence[Sequence[int]] | tor
 
 
 __all__ = ["MIN_LOSS_FLOOR", "Stratification", "block_structure", "exact_cross_entropy",
-           "guidance_capability", "resolve_group", "stratified_weights", "stratify"]
+           "group_layout", "guidance_capability", "resolve_group", "stacked_generators",
+           "stratified_weights", "stratify"]

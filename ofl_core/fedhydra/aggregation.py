@@ -1,73 +1,22 @@
-"""The teacher ensemble D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1), FedOneShot's combiners and
-FedHydra's stratified aggregation (Eqs. 8–11)."""
+"""FedHydra's stratified aggregation SA (Bai et al., Eqs. 8–12, Alg. 3; SPEC §4 "FedHydra"):
+the clients' logits combined with the stratified weights Ū_r, Ū_c of
+:mod:`ofl_core.fedhydra.stratification`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-class Ensemble(nn.Module):
-    """Frozen client models combined into one scorer.
-
-    ``combine``:
-    - ``"mean_logits"``: D(x), the mean of logits (DENSE Eq. 1; the distillation teacher).
-    - ``"mean_softmax"``: mean of softmax probabilities (FedOneShot, paper preset).
-    - ``"vote"``: one-hot hard majority vote, ties → lowest class (⚑ FedCVAE's code).
-    The output's argmax is the ensemble's prediction in every case.
-    """
-
-    def __init__(
-        self, models: Sequence[nn.Module],
-        combine: Literal["mean_logits", "mean_softmax", "vote"] = "mean_logits",
-    ) -> None:
-        super().__init__()
-        if len(models) == 0:
-            raise ValueError("an ensemble needs at least one model")
-        if combine not in ("mean_logits", "mean_softmax", "vote"):
-            raise ValueError(
-                f"combine must be 'mean_logits', 'mean_softmax' or 'vote' (got {combine!r})"
-            )
-        self.members = nn.ModuleList(models)
-        self.combine = combine
-        for mdl in self.members:
-            mdl.eval().requires_grad_(False)
-
-    def train(self, mode: bool = True) -> Ensemble:  # members stay frozen in eval mode
-        super().train(mode)
-        for mdl in self.members:
-            mdl.eval()
-        return self
-
-    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Stacked logits (m, B, C) of every member."""
-        return torch.stack([mdl(x) for mdl in self.members])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.member_logits(x)
-        if self.combine == "mean_logits":
-            return logits.mean(0)
-        if self.combine == "mean_softmax":
-            return F.softmax(logits, dim=-1).mean(0)
-        votes = F.one_hot(logits.argmax(-1), logits.shape[-1]).sum(0).float()
-        # argmax returns the first maximum, i.e. ties go to the lowest class index
-        return F.one_hot(votes.argmax(-1), logits.shape[-1]).float()
-
-
-# --------------------------------------------------------------------------------------------
-# FedHydra's stratified aggregation (SA)
-# --------------------------------------------------------------------------------------------
-
+from ..combine import Ensemble
 
 SA_SPACES = ("logits", "probs")  # what the SA weights multiply: Eq. 8 logits, or softmax
 
 
-def _check_sa_weights(client_logits: torch.Tensor, U_r: torch.Tensor, U_c: torch.Tensor
+def check_sa_weights(client_logits: torch.Tensor, U_r: torch.Tensor, U_c: torch.Tensor
                       ) -> tuple[int, int, int]:
+    """(m, B, C) of ``client_logits`` after checking that U_r and U_c are (C, m)."""
     if client_logits.dim() != 3:
         raise ValueError(f"client_logits must be (m, B, C) (got shape "
                          f"{tuple(client_logits.shape)})")
@@ -87,10 +36,11 @@ def sa_logits(
     rescale: bool = False,
     space: str = "logits",
 ) -> torch.Tensor:
-    """Stratified aggregation, FedHydra Eqs. 8–11 (Alg. 3).
+    """Stratified aggregation P = SA(x̂, y), FedHydra Eqs. 8–12 (Alg. 3).
 
     ``client_logits``: (m, B, C), the clients' logits P_k. ``U_r``, ``U_c``: (C, m) (rows =
-    classes, columns = clients; :mod:`ofl_core.stratification`). With target labels ``y`` (B,):
+    classes, columns = clients; :mod:`ofl_core.fedhydra.stratification`). With target labels
+    ``y`` (B,):
     P̂_k = P_k ⊙ Ū_c(:, k) (Eq. 8: column j of P_k scaled by client k's class-j weight), then
     P[i, :] = Σ_k Ū_r(y_i, k)·P̂_k[i, :] (Eqs. 9–11: the clients combined with the weights of the
     sample's target class).
@@ -109,7 +59,7 @@ def sa_logits(
     client's strongly negative logit for a class it never saw into ≈ 0, which then outranks
     the owner's own logits; with probabilities a weight ≈ 0 only removes a vote.
     """
-    _, _, c = _check_sa_weights(client_logits, U_r, U_c)
+    _, _, c = check_sa_weights(client_logits, U_r, U_c)
     if space not in SA_SPACES:
         raise ValueError(f"space must be one of {SA_SPACES} ('logits' = Eq. 8; got {space!r})")
     if space == "probs":
@@ -128,23 +78,19 @@ def sa_logits(
     return out * c if rescale else out
 
 
-class SAEnsemble(nn.Module):
+class SAEnsemble(Ensemble):
     """Frozen client models combined by label-free stratified aggregation (FedHydra Fig. 8's
     "SA" ensemble evaluated on real test data; :func:`sa_logits` with ``y=None``).
 
-    ``U_r``, ``U_c``: (C, m) stratified weights (:class:`ofl_core.stratification.Stratification`).
+    ``U_r``, ``U_c``: (C, m) stratified weights
+    (:class:`ofl_core.fedhydra.stratification.Stratification`).
     ``forward(x)`` returns SA logits (B, C); ``forward(x, y)`` the label-conditioned SA
-    (Eqs. 8–11).
+    (Eqs. 8–11). Members and ``member_logits`` as :class:`~ofl_core.combine.Ensemble`.
     """
 
     def __init__(self, models: Sequence[nn.Module], U_r: torch.Tensor, U_c: torch.Tensor,
                  rescale: bool = False, space: str = "logits") -> None:
-        super().__init__()
-        if len(models) == 0:
-            raise ValueError("an ensemble needs at least one model")
-        self.members = nn.ModuleList(models)
-        for mdl in self.members:
-            mdl.eval().requires_grad_(False)
+        super().__init__(models)
         m = len(models)
         if U_r.dim() != 2 or U_r.shape[1] != m or U_c.shape != U_r.shape:
             raise ValueError(f"U_r and U_c must both be (C, {m}) (got {tuple(U_r.shape)} and "
@@ -153,15 +99,8 @@ class SAEnsemble(nn.Module):
         self.register_buffer("U_c", U_c.detach().float().clone())
         self.rescale, self.space = rescale, space
 
-    def train(self, mode: bool = True) -> SAEnsemble:  # members stay frozen in eval mode
-        super().train(mode)
-        for mdl in self.members:
-            mdl.eval()
-        return self
-
-    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Stacked logits (m, B, C) of every member."""
-        return torch.stack([mdl(x) for mdl in self.members])
-
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         return sa_logits(self.member_logits(x), y, self.U_r, self.U_c, self.rescale, self.space)
+
+
+__all__ = ["SA_SPACES", "SAEnsemble", "check_sa_weights", "sa_logits"]

@@ -1,0 +1,113 @@
+"""What every distillation server's config has (:class:`DistillConfig`) and the validation
+they share (:func:`check_distill_config`): one name per concept across DENSE, Fed-DAFL,
+Fed-ADI, FedDF and FedHydra."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar
+
+from ..models import MODEL_NAMES
+from ..presets import check_preset
+
+C = TypeVar("C", bound="DistillConfig")
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """The fields every distillation method shares, with DENSE §3.1.4's values ("all baseline
+    methods use the same setting as ours"): T = ``epochs`` = 200 server epochs of
+    ``steps_per_epoch`` = T_G = 30 generator (or KD) steps, batch b = ``batch_size`` = 128,
+    student SGD ``kd_lr`` 0.01 momentum ``kd_momentum`` 0.9. ``student_arch``: None = the
+    clients' architecture (homogeneous clients; required for heterogeneous ones);
+    ``eval_every``: test-curve cadence in epochs. Speed options (same results up to float
+    rounding, except ``amp``): ``batched_teachers`` (vmap; "auto" = on CUDA),
+    ``channels_last`` ("auto" = on the CPU), ``amp`` (bfloat16 autocast; off by default).
+
+    A subclass adds its own fields and calls :func:`check_distill_config` with them from its
+    ``__post_init__``."""
+
+    epochs: int = 200
+    steps_per_epoch: int = 30
+    batch_size: int = 128
+    kd_lr: float = 0.01
+    kd_momentum: float = 0.9
+    student_arch: str | None = None
+    eval_every: int = 1
+    batched_teachers: bool | Literal["auto"] = "auto"
+    channels_last: bool | Literal["auto"] = "auto"
+    amp: bool = False
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        check_distill_config(self)
+
+    @classmethod
+    def for_preset(cls: type[C], preset: str = "paper", **overrides: Any) -> C:
+        """The paper's configuration; the methods without authors' code have the same values
+        for ``"authors_code"`` (only the ``preset`` label differs)."""
+        check_preset(preset)
+        base = cls(preset=preset)
+        return replace(base, **overrides) if overrides else base
+
+
+@dataclass(frozen=True)
+class GeneratorConfig(DistillConfig):
+    """:class:`DistillConfig` + the image generator G of the generator-based methods (DENSE,
+    Fed-DAFL, FedHydra; SPEC §2 ``generator``): latent size ``nz`` = 256, width ``ngf`` = 64,
+    Adam ``g_lr`` 1e-3 with ``g_betas`` (0.5, 0.999) (DENSE's code), and ``fast_generator``
+    (the exact upsample+conv as one stride-2 transposed convolution)."""
+
+    nz: int = 256
+    ngf: int = 64
+    g_lr: float = 1e-3
+    g_betas: tuple[float, float] = (0.5, 0.999)
+    fast_generator: bool = True
+
+    def __post_init__(self) -> None:
+        check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr",))
+
+SWITCH = (True, False, "auto")
+
+
+def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
+                         nonnegative: Sequence[str] = (),
+                         choices: dict[str, Sequence[Any]] | None = None) -> None:
+    """The validation every distillation config shares; raises ``ValueError`` naming the
+    field, its value and what it must be.
+
+    Always: ``preset`` known; ``epochs`` an integer ≥ 0; ``steps_per_epoch``, ``batch_size``,
+    ``eval_every`` (and ``counts``) integers ≥ 1; ``kd_lr`` (and ``positive``) > 0;
+    ``kd_momentum`` (and ``nonnegative``) ≥ 0; ``student_arch`` None or a known model;
+    ``batched_teachers``/``channels_last`` True, False or "auto"; where the config has them,
+    ``num_images`` ≥ 0 and ``g_betas`` two numbers in [0, 1). ``choices``: field → allowed
+    values."""
+    cls = type(cfg).__name__
+    check_preset(cfg.preset)
+    for name in ("epochs", "steps_per_epoch", "batch_size", "eval_every", *counts):
+        v, lo = getattr(cfg, name), 0 if name == "epochs" else 1
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"{cls}.{name} must be an integer ≥ {lo} (got {v!r})")
+    for name in ("kd_lr", *positive):
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"{cls}.{name} must be > 0 (got {getattr(cfg, name)!r})")
+    for name in ("kd_momentum", *nonnegative):
+        if not getattr(cfg, name) >= 0:
+            raise ValueError(f"{cls}.{name} must be ≥ 0 (got {getattr(cfg, name)!r})")
+    if getattr(cfg, "num_images", 0) < 0:
+        raise ValueError(f"{cls}.num_images must be ≥ 0 (got {cfg.num_images!r})")
+    betas = getattr(cfg, "g_betas", (0.0, 0.0))
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise ValueError(f"{cls}.g_betas must be two numbers in [0, 1) (got {betas!r})")
+    for name, allowed in {"batched_teachers": SWITCH, "channels_last": SWITCH,
+                          **(choices or {})}.items():
+        v = getattr(cfg, name)
+        if not any(v is a or (type(v) is type(a) and v == a) for a in allowed):
+            raise ValueError(f"{cls}.{name} must be one of {tuple(allowed)} (got {v!r})")
+    if cfg.student_arch is not None and cfg.student_arch not in MODEL_NAMES:
+        raise ValueError(f"{cls}.student_arch: unknown model {cfg.student_arch!r}; "
+                         f"known: {', '.join(MODEL_NAMES)}")
+
+
+__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "check_distill_config"]

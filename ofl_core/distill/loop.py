@@ -1,0 +1,216 @@
+"""The loop scaffold every distillation server shares (DENSE, Fed-DAFL, Fed-ADI, FedDF,
+FedHydra), so that a method file holds only its own losses and steps.
+
+:func:`open_run` builds the :class:`~ofl_core.distill.teachers.TeacherBank` from the uploads,
+the student (:func:`server_student`, optionally from a given state), puts it channels-last
+beside channels-last teachers and fuses its ReLU/max-pool pairs (exact), and seeds the
+method's generator ``derive_seed(ctx.seed, tag)``. :meth:`DistillRun.epochs` is the epoch loop
+with the progress bar and the test curve (:class:`EvalCurve`); :meth:`DistillRun.result`
+undoes the set-up and builds the :class:`~ofl_core.methods.base.ServerResult` with the
+extras every method reports. :func:`ensemble_kd_step` is the distillation step (DENSE Eq. 6)
+the methods share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..clients import build_from_upload, init_model
+from ..seeds import derive_seed
+from .kernels import autocast_context, fuse_relu_maxpool
+from .losses import kd_loss
+from .teachers import TeacherBank
+
+if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
+    from ..methods.base import ServerContext, ServerResult
+
+
+def server_student(uploads: Sequence, student_arch: str | None, num_classes: int,
+                   in_channels: int, image_size: int, seed: int,
+                   device: str | torch.device = "cpu", method: str = "DENSE"
+                   ) -> tuple[nn.Module, str]:
+    """A fresh server model (the student), initialised from ``seed`` only.
+
+    ``student_arch=None`` takes the clients' architecture (and its model options) and needs
+    homogeneous clients; for heterogeneous clients it raises a clear error asking for one
+    (the papers' server model there is ``"resnet18"``).
+    """
+    archs = sorted({u.arch for u in uploads})
+    if student_arch is None:
+        if len(archs) != 1:
+            raise ValueError(
+                f"{method}: the clients use different architectures {archs}, so the server "
+                "model's architecture must be given: set student_arch (e.g. 'resnet18', the "
+                "server model of DENSE Table 2 and FedHydra Table 3)")
+        student_arch = archs[0]
+    kwargs = dict(uploads[0].model_kwargs) if archs == [student_arch] else {}
+    model = init_model(student_arch, num_classes, in_channels, image_size, seed, **kwargs)
+    return model.to(device), student_arch
+
+
+class EvalCurve:
+    """Test accuracy of the student after every ``every``-th epoch and after the last one."""
+
+    def __init__(self, evaluate: Callable[[nn.Module], float] | None, epochs: int,
+                 every: int = 1) -> None:
+        self.evaluate, self.epochs, self.every = evaluate, epochs, max(1, int(every))
+        self.curve: list[float] = []
+        self.epochs_done: list[int] = []
+
+    def __call__(self, epoch: int, model: nn.Module) -> float | None:
+        """Evaluate after 0-based ``epoch`` when due; returns the accuracy or None."""
+        if self.evaluate is None:
+            return None
+        if (epoch + 1) % self.every and epoch + 1 != self.epochs:
+            return None
+        acc = float(self.evaluate(model))
+        self.curve.append(acc)
+        self.epochs_done.append(epoch + 1)
+        return acc
+
+    @property
+    def last(self) -> float | None:
+        return self.curve[-1] if self.curve else None
+
+    @property
+    def best(self) -> float | None:
+        return max(self.curve) if self.curve else None
+
+
+def image_grid(x: torch.Tensor, labels: torch.Tensor | None, n: int = 64
+               ) -> tuple[torch.Tensor, list[int] | None]:
+    """Up to ``n`` images (float CPU, [0, 1]) ordered by label, for display."""
+    x = x.detach()
+    if labels is not None:
+        order = torch.argsort(labels.detach().cpu(), stable=True)[:n]
+        return x[order.to(x.device)].float().cpu().clamp(0, 1), labels.cpu()[order].tolist()
+    return x[:n].float().cpu().clamp(0, 1), None
+
+
+@dataclass(eq=False)
+class DistillRun:
+    """One distillation server's shared state: teachers, student, its seeded RNG, the autocast
+    context and the test curve. Made by :func:`open_run`; ``student_loaded`` says whether the
+    student started from a given state."""
+
+    name: str
+    bank: TeacherBank
+    student: nn.Module
+    student_arch: str
+    rng: torch.Generator
+    device: torch.device
+    amp: torch.autocast
+    tracker: EvalCurve
+    epochs_total: int
+    progress: bool
+    unfuse: Callable[[], None]
+    student_loaded: bool = False
+    finished: bool = False
+
+    def to_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the teachers' memory format (channels-last when the bank is)."""
+        return x.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else x
+
+    def epochs(self) -> Iterator[int]:
+        """The epochs 0..T−1 under a progress bar; after each, the student is evaluated when
+        due (:class:`EvalCurve`) and the bar shows its accuracy."""
+        bar = tqdm(range(self.epochs_total), desc=self.name, disable=not self.progress)
+        for epoch in bar:
+            yield epoch
+            acc = self.tracker(epoch, self.student)
+            if acc is not None:
+                bar.set_postfix(acc=f"{acc:.2f}")
+        bar.close()
+
+    def finish(self) -> None:
+        """Undo the set-up: remove the teachers' BN hooks, unfuse the student, put student and
+        teachers back in eval mode / contiguous memory. Idempotent."""
+        if self.finished:
+            return
+        self.bank.close()
+        self.unfuse()
+        self.student.eval().to(memory_format=torch.contiguous_format)
+        for mdl in self.bank.models:
+            mdl.to(memory_format=torch.contiguous_format)
+        self.finished = True
+
+    def result(self, method: str, preset: str, extras: dict[str, Any],
+               samples: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
+               num_images: int = 64) -> ServerResult:
+        """:meth:`finish`, then the :class:`ServerResult` with the common extras
+        (``student_arch``, ``teachers_batched``, ``curve_epochs``) before the method's own.
+        ``samples``: (images, labels) for the image grid (``image_labels`` in the extras);
+        None for methods without synthetic images."""
+        from ..methods.base import ServerResult
+
+        self.finish()
+        out = {"student_arch": self.student_arch, "teachers_batched": self.bank.batched,
+               "curve_epochs": self.tracker.epochs_done, **extras}
+        images = None
+        if samples is not None:
+            x, y = samples
+            images, labels = image_grid(x, y, num_images) if x is not None else (None, None)
+            out["image_labels"] = labels
+        t = self.tracker
+        return ServerResult(method=method, preset=preset, model=self.student, curve=t.curve,
+                            last_acc=t.last, best_acc=t.best, images=images, extras=out)
+
+
+def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: str, *,
+             student_state: dict[str, torch.Tensor] | None = None,
+             student_init: Callable[[str], dict[str, torch.Tensor] | None] | None = None,
+             fuse_student: bool = True) -> DistillRun:
+    """Set up a distillation server: teachers from ``uploads``, the student (seed
+    ``derive_seed(ctx.seed, f"{tag}-student")``, then ``student_state`` or
+    ``student_init(student_arch)`` when given), the RNG ``derive_seed(ctx.seed, tag)``.
+
+    ``cfg`` needs ``student_arch``, ``batched_teachers``, ``channels_last``, ``amp``,
+    ``epochs`` and ``eval_every``; ``name`` is the method's display name (progress bar and
+    error messages)."""
+    if not uploads:
+        raise ValueError(f"{name}: no client uploads")
+    dev = torch.device(ctx.device)
+    bank = TeacherBank([build_from_upload(u, dev) for u in uploads],
+                       batched=cfg.batched_teachers, channels_last=cfg.channels_last)
+    student, s_arch = server_student(uploads, cfg.student_arch, ctx.num_classes,
+                                     ctx.in_channels, ctx.image_size,
+                                     derive_seed(ctx.seed, f"{tag}-student"), dev, name)
+    state = student_init(s_arch) if student_init is not None else student_state
+    if state is not None:
+        student.load_state_dict(state)
+    if bank.channels_last:
+        student.to(memory_format=torch.channels_last)
+    unfuse = fuse_relu_maxpool(student) if fuse_student else (lambda: None)
+    return DistillRun(name=name, bank=bank, student=student, student_arch=s_arch,
+                      rng=torch.Generator().manual_seed(derive_seed(ctx.seed, tag)), device=dev,
+                      amp=autocast_context(dev, cfg.amp),
+                      tracker=EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every),
+                      epochs_total=cfg.epochs, progress=ctx.progress, unfuse=unfuse,
+                      student_loaded=state is not None)
+
+
+def as_floats(values: list[torch.Tensor]) -> list[float]:
+    """Scalar tensors (e.g. per-epoch mean losses) as floats, with one host sync."""
+    return torch.stack(values).tolist() if values else []
+
+
+def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
+                     xb: torch.Tensor, temperature: float, amp: torch.autocast) -> torch.Tensor:
+    """One SGD step of the student on L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6) on the
+    batch ``xb`` (in the teachers' memory format), the teachers under ``no_grad``; returns the
+    detached loss."""
+    with torch.no_grad(), amp:
+        t_out = bank(xb)
+    with amp:
+        s_out = student(xb)
+    loss = kd_loss(s_out, t_out, temperature)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.detach()

@@ -1,0 +1,106 @@
+"""The growing pool of synthetic images (:class:`ImagePool`) and batch augmentations
+(:func:`augment_batch`: DENSE's crop/flip; :func:`jitter_flip`: DeepInversion's)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+from ..augment import random_crop_flip
+
+
+class ImagePool:
+    """Growing in-memory pool of synthetic images in [0, 1] (DENSE's code keeps the best batch of
+    every epoch; it writes them as 8-bit PNGs).
+
+    ``uint8=True`` stores round(255·x) (exact to within 0.5/255), 4× less memory than float.
+    Storage is one buffer that doubles when full, so :meth:`all` is a view, not a copy.
+    """
+
+    def __init__(self, uint8: bool = True, device: str | torch.device | None = None) -> None:
+        self.uint8 = uint8
+        self.device = torch.device(device) if device is not None else None
+        self._buf: torch.Tensor | None = None
+        self._n = 0
+        self.num_batches = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, batch: torch.Tensor) -> None:
+        """Append a batch (B, C, H, W) of images in [0, 1] (detached, copied)."""
+        b = batch.detach()
+        if self.device is not None:
+            b = b.to(self.device)
+        b = (b.float().clamp(0, 1).mul(255).round().to(torch.uint8) if self.uint8
+             else b.float().clone())
+        if self._buf is None:
+            self._buf = torch.empty((max(len(b), 1) * 4, *b.shape[1:]), dtype=b.dtype,
+                                    device=b.device)
+        elif tuple(b.shape[1:]) != tuple(self._buf.shape[1:]):
+            raise ValueError(f"ImagePool: batch of shape {tuple(b.shape[1:])} does not match the "
+                             f"pool's {tuple(self._buf.shape[1:])}")
+        need = self._n + len(b)
+        if need > len(self._buf):
+            cap = max(need, 2 * len(self._buf))
+            new = torch.empty((cap, *self._buf.shape[1:]), dtype=self._buf.dtype,
+                              device=self._buf.device)
+            new[: self._n] = self._buf[: self._n]
+            self._buf = new
+        self._buf[self._n : need] = b
+        self._n = need
+        self.num_batches += 1
+
+    def stored(self) -> torch.Tensor:
+        """The stored tensor (uint8 or float), a view of the first ``len(self)`` images."""
+        if self._buf is None:
+            raise ValueError("ImagePool is empty")
+        return self._buf[: self._n]
+
+    def _to_float(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float().div_(255.0) if self.uint8 else x.float()
+
+    def all(self) -> torch.Tensor:
+        """Every image as a float tensor in [0, 1] (N, C, H, W)."""
+        return self._to_float(self.stored())
+
+    def batches(self, batch_size: int, generator: torch.Generator | None = None,
+                shuffle: bool = True) -> Iterator[torch.Tensor]:
+        """One pass over the pool in (shuffled) float batches of ``batch_size``."""
+        data = self.stored()
+        n = len(data)
+        order = (torch.randperm(n, generator=generator) if shuffle else torch.arange(n))
+        order = order.to(data.device)
+        for i in range(0, n, batch_size):
+            yield self._to_float(data[order[i : i + batch_size]])
+
+    def num_steps(self, batch_size: int) -> int:
+        return math.ceil(self._n / batch_size)
+
+
+def augment_batch(x: torch.Tensor, mode: str, generator: torch.Generator | None = None,
+                  pad: int = 4) -> torch.Tensor:
+    """Batched augmentation: ``"none"``, ``"flip"`` (horizontal flip, p=1/2 per image) or
+    ``"crop_flip"`` (random crop with zero padding ``pad`` + flip; DENSE's code)."""
+    if mode == "none":
+        return x
+    if mode not in ("flip", "crop_flip"):
+        raise ValueError(f"augmentation must be 'none', 'flip' or 'crop_flip' (got {mode!r})")
+    return random_crop_flip(x, pad=pad, crop=mode == "crop_flip", generator=generator)
+
+
+def jitter_flip(x: torch.Tensor, lim: int = 2, flip: bool = True,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """DeepInversion's augmentation: roll the whole batch by a random offset in [−lim, lim]
+    along H and W, then flip it horizontally with probability 1/2 (one draw per batch)."""
+    if lim > 0:
+        dx, dy = torch.randint(-lim, lim + 1, (2,), generator=generator).tolist()
+        x = torch.roll(x, shifts=(dx, dy), dims=(2, 3))
+    if flip and bool(torch.rand((), generator=generator) < 0.5):
+        x = x.flip(3)
+    return x
+
+
+__all__ = ["ImagePool", "augment_batch", "jitter_flip"]

@@ -1,0 +1,388 @@
+"""FedHydra: data-free one-shot FL with stratified aggregation
+(Bai et al., Algs. 1–3, Eqs. 1–19; SPEC §4 "FedHydra").
+
+1. Model stratification (Alg. 2, Eqs. 1–7, :mod:`ofl_core.fedhydra.stratification`): the stratified
+   weights Ū_r, Ū_c (C, m) from m·C short generator trainings.
+2. Every epoch (Alg. 1 lines 12–25): sample z ~ N(0, I) and uniform labels y; T_G Adam steps of
+   one persistent generator G on L_Gen = CE(P, y) + λ1·L_BN + λ2·L_AD (Eq. 16), where P is the
+   stratified aggregation SA(x̂, y) of the clients' logits (Eqs. 8–12,
+   :func:`~ofl_core.fedhydra.aggregation.sa_logits`),
+   L_BN the BN-statistics loss (Eq. 14, as in DENSE) and L_AD = −KL(σ(P) ‖ σ(S(x̂))) (Eq. 15, no
+   mask); then distil into the global model S with L_Glo = KL(σ(P) ‖ σ(S)) + β·CE(S, argmax P)
+   (Eqs. 17–19), SGD.
+
+The teachers, the BN loss, the KL, the generator and the pool are DENSE's machinery
+(:mod:`ofl_core.distill`). FedHydra has no public code, so ``preset="authors_code"`` equals
+the paper preset; every choice the paper leaves open is in docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+
+from ..clients import ClientUpload
+from ..combine import Ensemble
+from ..distill.config import GeneratorConfig, check_distill_config
+from ..distill.generator import build_generator, generator_forward
+from ..distill.loop import DistillRun, as_floats, open_run
+from ..distill.losses import kd_loss, kl_per_sample
+from ..distill.pool import ImagePool
+from ..distill.teachers import TeacherOutput
+from ..seeds import derive_seed
+from .aggregation import SA_SPACES, SAEnsemble, sa_logits
+from .stratification import MIN_LOSS_FLOOR, Stratification, stratify
+
+if TYPE_CHECKING:  # ofl_core.methods registers this server
+    from ..methods.base import ServerContext, ServerResult
+
+KD_DATA = ("intermediate", "fresh", "pool")
+
+
+@dataclass(frozen=True)
+class FedHydraConfig(GeneratorConfig):
+    """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
+
+    Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
+    generator Adam ``g_lr`` 1e-3, λ1 = ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5, global model
+    SGD ``kd_lr`` 0.01. Stratification uses the same T_G, b and Adam (``strat_steps``,
+    ``strat_batch_size``, ``strat_lr``).
+
+    Not given by the paper (docs/decisions.md): β = ``kd_ce_weight`` = 1 (Eq. 19);
+    ``kd_momentum`` 0.9 and Adam ``g_betas`` (0.5, 0.999) (DENSE's values, FedHydra builds on
+    DENSE); nz = 256 and the generator of SPEC §2; ``kd_data``:
+
+    - ``"intermediate"`` (default): each epoch's T_G intermediate batches x̂_1..x̂_T_G (with the SA
+      logits computed for them during the generator steps) are distilled after the generator
+      stage, one SGD step each — FedHydra §2: "our strategy leverages all generated intermediate
+      images" instead of selecting the best batch as DENSE does.
+    - ``"fresh"``: Algorithm 1 read literally — one student step per epoch on G(z) after the
+      T_G generator steps (200 student steps in all).
+    - ``"pool"``: DENSE's code — the lowest-loss batch of each epoch (with its labels) joins a
+      growing pool and each epoch is one pass over it in batches of ``kd_batch_size``.
+
+    ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies P by C
+    (SPEC §4). ``sa_space``: ``"logits"`` = Eq. 8 as written (weights on logits);
+    ``"probs"`` applies the same weights to softmax probabilities (not the paper; measured in
+    docs/decisions.md, FedHydra section). ``student_arch``: None = the clients' architecture
+    (homogeneous clients); the paper's server model for heterogeneous clients is ``"resnet18"``.
+    ``min_loss_floor``: guard of Eq. 2
+    (:func:`ofl_core.fedhydra.stratification.guidance_capability`).
+    ``strat_group``: generators trained together during stratification ("auto": C on the CPU).
+    Speed options as in DENSE: ``fast_generator``, ``batched_teachers``, ``channels_last``,
+    ``amp`` (bfloat16 autocast, off by default).
+    """
+
+    kd_batch_size: int = 128
+    ce_weight: float = 1.0
+    bn_weight: float = 1.0
+    adv_weight: float = 0.5
+    kd_ce_weight: float = 1.0
+    sa_rescale: bool = False
+    sa_space: Literal["logits", "probs"] = "logits"
+    kd_data: Literal["intermediate", "fresh", "pool"] = "intermediate"
+    pool_uint8: bool = True
+    strat_steps: int = 30
+    strat_batch_size: int = 128
+    strat_lr: float = 1e-3
+    strat_group: int | Literal["auto"] = "auto"
+    min_loss_floor: float = MIN_LOSS_FLOOR
+    log_every: int = 10
+    num_images: int = 64
+
+    def __post_init__(self) -> None:
+        check_distill_config(
+            self, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size",
+                          "log_every"),
+            positive=("g_lr", "strat_lr", "min_loss_floor"),
+            nonnegative=("ce_weight", "bn_weight", "adv_weight", "kd_ce_weight"),
+            choices={"sa_space": SA_SPACES, "kd_data": KD_DATA})
+        if self.strat_group != "auto" and (not isinstance(self.strat_group, int)
+                                           or self.strat_group < 1):
+            raise ValueError("FedHydraConfig.strat_group must be a positive integer or 'auto' "
+                             f"(got {self.strat_group!r})")
+
+
+
+# ---------------------------------------------------------------- the losses, Eqs. 13-19
+
+
+def ce_loss(P: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """L_CE = CE(P, y), the SA logits against the sampled labels (FedHydra Eq. 13)."""
+    return F.cross_entropy(P, y)
+
+
+def bn_loss(out: TeacherOutput, zero: torch.Tensor) -> torch.Tensor:
+    """L_BN, the teachers' BN-statistics loss averaged over the m clients (FedHydra Eq. 14, as
+    DENSE Eq. 3); ``zero`` when it was not computed (λ1 = 0) or the teachers have no BN."""
+    return out.bn_loss if out.bn_loss is not None else zero
+
+
+def adversarial_loss(P: torch.Tensor, s_out: torch.Tensor | None,
+                     zero: torch.Tensor) -> torch.Tensor:
+    """L_AD = −KL(σ(P) ‖ σ(S(x̂))), batch mean, no mask (FedHydra Eq. 15); ``zero`` when the
+    student was not run (λ2 = 0)."""
+    return -kl_per_sample(P, s_out).mean() if s_out is not None else zero
+
+
+def generator_loss(l_ce: torch.Tensor, l_bn: torch.Tensor, l_ad: torch.Tensor,
+                   cfg: FedHydraConfig) -> torch.Tensor:
+    """L_Gen = L_CE + λ1·L_BN + λ2·L_AD (FedHydra Eq. 16; ``ce_weight`` scales L_CE, 1 in the
+    paper)."""
+    return cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_ad
+
+
+def kl_loss(s_out: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """L_KL = KL(σ(P) ‖ σ(S(x̂))), batch mean (FedHydra Eq. 17)."""
+    return kd_loss(s_out, P)
+
+
+def pseudo_label_loss(s_out: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """L_ĈE = CE(S(x̂), H[P]) with H[P] = argmax P the hard SA label (FedHydra Eq. 18)."""
+    return F.cross_entropy(s_out, P.argmax(1))
+
+
+def global_loss(l_kl: torch.Tensor, l_ce: torch.Tensor, beta: float) -> torch.Tensor:
+    """L_Glo = L_KL + β·L_ĈE (FedHydra Eq. 19; β = ``kd_ce_weight``, not given by the paper)."""
+    return l_kl + beta * l_ce
+
+
+# ---------------------------------------------------------------- the server, Alg. 1
+
+
+@dataclass(eq=False)
+class Hydra:
+    """One FedHydra server run: the shared scaffold, Ū_r/Ū_c, G, the optimisers, the logs."""
+
+    run: DistillRun
+    cfg: FedHydraConfig
+    U_r: torch.Tensor
+    U_c: torch.Tensor
+    gen: torch.nn.Module
+    opt_g: torch.optim.Optimizer
+    opt_s: torch.optim.Optimizer
+    zero: torch.Tensor
+    pool: ImagePool | None = None
+    pool_labels: list[torch.Tensor] = field(default_factory=list)
+    log: dict[str, list] = field(default_factory=lambda: {
+        "epoch": [], "step": [], "ce": [], "bn": [], "ad": [], "total": []})
+    kd_log: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {"kl": [], "ce": []})
+    kd_steps: int = 0
+    t_gen: float = 0.0
+    t_kd: float = 0.0
+
+    def sa(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """P = SA(x̂, y) from the teachers' logits (m, B, C) (FedHydra Eq. 12, Eqs. 8–11)."""
+        return sa_logits(logits.float(), y, self.U_r, self.U_c, self.cfg.sa_rescale,
+                         self.cfg.sa_space)
+
+    def sa_teacher(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """P for images ``xb`` labelled ``yb``, without gradients (the distillation target)."""
+        with torch.no_grad():
+            with self.run.amp:
+                logits = self.run.bank.logits(self.run.to_input(xb))
+            return self.sa(logits, yb)
+
+
+def stratification_stage(run_: DistillRun, cfg: FedHydraConfig, ctx: ServerContext, m: int,
+                         given: Stratification | None) -> Stratification:
+    """Alg. 1 line 9: model stratification (Alg. 2, Eqs. 1–7), or check a given one."""
+    C = ctx.num_classes
+    if given is None:
+        return stratify(
+            run_.bank.models, C, ctx.in_channels, ctx.image_size, steps=cfg.strat_steps,
+            batch_size=cfg.strat_batch_size, nz=cfg.nz, ngf=cfg.ngf, lr=cfg.strat_lr,
+            betas=cfg.g_betas, seed=derive_seed(ctx.seed, "fedhydra-stratify"),
+            device=run_.device, group=cfg.strat_group, fast_generator=cfg.fast_generator,
+            channels_last=run_.bank.channels_last, min_loss_floor=cfg.min_loss_floor,
+            progress=ctx.progress)
+    if tuple(given.U.shape) != (C, m):
+        raise ValueError(f"FedHydra: the given stratification is {tuple(given.U.shape)}"
+                         f", expected (C, m) = ({C}, {m})")
+    return given
+
+
+def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Alg. 1 lines 17–20: x̂ = G(z), P = SA(x̂, y) (Eq. 12), L_Gen (Eqs. 13–16), one Adam step
+    of G. Returns x̂, P and L_Gen (before the step)."""
+    cfg, run_ = h.cfg, h.run
+    with run_.amp:
+        x = generator_forward(h.gen, z, cfg.fast_generator)
+        xa = run_.to_input(x)
+        out = run_.bank.forward(xa, bn=cfg.bn_weight > 0)
+        s_out = run_.student(xa) if cfg.adv_weight > 0 else None
+    P = h.sa(out.logits, y)
+    l_ce, l_bn = ce_loss(P, y), bn_loss(out, h.zero)
+    l_ad = adversarial_loss(P, s_out, h.zero)
+    loss = generator_loss(l_ce, l_bn, l_ad, cfg)
+    if step % cfg.log_every == 0:
+        h.log["epoch"].append(step // cfg.steps_per_epoch)
+        h.log["step"].append(step)
+        for k, v in (("ce", l_ce), ("bn", l_bn), ("ad", l_ad), ("total", loss)):
+            h.log[k].append(v.detach().float())
+    return x, P, loss
+
+
+def generation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor, epoch: int
+                     ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    """Alg. 1 lines 15–21: T_G generator steps. Keeps, per ``kd_data``, every intermediate
+    batch with its P (``"intermediate"``) or the lowest-loss batch (``"pool"``)."""
+    cfg = h.cfg
+    h.run.student.eval().requires_grad_(False)
+    inter: list[tuple[torch.Tensor, torch.Tensor]] = []
+    best_loss = torch.full((), float("inf"), device=h.run.device)
+    best_x = None
+    for t in range(cfg.steps_per_epoch):
+        x, P, loss = generator_step(h, z, y, epoch * cfg.steps_per_epoch + t)
+        if cfg.kd_data == "intermediate":
+            inter.append((x.detach().float(), P.detach()))
+        elif h.pool is not None:
+            lower = loss.detach() < best_loss
+            best_x = x.detach() if best_x is None else torch.where(lower, x.detach(), best_x)
+            best_loss = torch.minimum(best_loss, loss.detach())
+        h.opt_g.zero_grad(set_to_none=True)
+        loss.backward()
+        h.opt_g.step()
+    return inter, best_x
+
+
+def kd_step(h: Hydra, xb: torch.Tensor, pb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One SGD step of the global model on L_Glo (Eqs. 17–19); returns (L_KL, L_ĈE)."""
+    with h.run.amp:
+        s_out = h.run.student(h.run.to_input(xb)).float()
+    l_kl = kl_loss(s_out, pb)
+    l_ce = pseudo_label_loss(s_out, pb) if h.cfg.kd_ce_weight > 0 else h.zero
+    loss = global_loss(l_kl, l_ce, h.cfg.kd_ce_weight)
+    h.opt_s.zero_grad(set_to_none=True)
+    loss.backward()
+    h.opt_s.step()
+    return l_kl.detach(), l_ce.detach()
+
+
+def distil_pool(h: Hydra, best_x: torch.Tensor, y: torch.Tensor
+                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``kd_data="pool"``: the best batch and its labels join the pool, then one shuffled pass
+    over it, P recomputed for each stored batch."""
+    pool, cfg, dev = h.pool, h.cfg, h.run.device
+    assert pool is not None
+    pool.add(best_x)
+    h.pool_labels.append(y)
+    labels = torch.cat(h.pool_labels)
+    stored = pool.stored()
+    order = torch.randperm(len(pool), generator=h.run.rng).to(dev)
+    parts = []
+    for i in range(0, len(pool), cfg.kd_batch_size):
+        idx = order[i : i + cfg.kd_batch_size]
+        xb = stored[idx].float().div_(255.0) if pool.uint8 else stored[idx].float()
+        parts.append(kd_step(h, xb, h.sa_teacher(xb, labels[idx])))
+    return parts
+
+
+def distillation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor,
+                       inter: list[tuple[torch.Tensor, torch.Tensor]],
+                       best_x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1 lines 22–24: SGD steps of the global model on L_Glo (Eq. 19), per ``kd_data``.
+    Returns the batch shown in the image grid and its labels."""
+    cfg = h.cfg
+    h.run.student.train().requires_grad_(True)
+    if cfg.kd_data == "intermediate":
+        parts = [kd_step(h, xb, pb) for xb, pb in inter]
+        last = inter[-1][0], y
+    elif cfg.kd_data == "fresh":
+        with torch.no_grad(), h.run.amp:
+            x_kd = generator_forward(h.gen, z, cfg.fast_generator).float()
+        parts = [kd_step(h, x_kd, h.sa_teacher(x_kd, y))]
+        last = x_kd, y
+    else:
+        assert best_x is not None
+        parts = distil_pool(h, best_x, y)
+        last = best_x.float(), y
+    h.kd_steps += len(parts)
+    h.kd_log["kl"].append(torch.stack([p[0] for p in parts]).mean())
+    h.kd_log["ce"].append(torch.stack([p[1] for p in parts]).mean())
+    return last
+
+
+def run(uploads: list[ClientUpload], cfg: FedHydraConfig, ctx: ServerContext) -> ServerResult:
+    """FedHydra Algorithm 1 on the uploaded client models; returns the distilled global model."""
+    return run_fedhydra(uploads, cfg, ctx)
+
+
+def run_fedhydra(
+    uploads: list[ClientUpload],
+    cfg: FedHydraConfig,
+    ctx: ServerContext,
+    student_state: dict[str, torch.Tensor] | None = None,
+    stratification: Stratification | None = None,
+) -> ServerResult:
+    """:func:`run` with an optional initial global-model state (multi-round) and an optional
+    precomputed :class:`Stratification` (e.g. to compare ``sa_rescale`` settings without
+    repeating the m·C generator trainings; it must come from the same uploads)."""
+    run_ = open_run(uploads, cfg, ctx, "FedHydra", "fedhydra", student_state=student_state,
+                    fuse_student=False)
+    dev = run_.device
+    t0 = time.perf_counter()
+    strat = stratification_stage(run_, cfg, ctx, len(uploads), stratification)
+    t_strat = time.perf_counter() - t0
+    gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, run_.rng,
+                          dev).train()
+    h = Hydra(run=run_, cfg=cfg, U_r=strat.U_r.to(dev, torch.float32),
+              U_c=strat.U_c.to(dev, torch.float32), gen=gen,
+              opt_g=torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas),
+              opt_s=torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr,
+                                    momentum=cfg.kd_momentum),
+              zero=torch.zeros((), device=dev),
+              pool=ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool"
+              else None)
+    last_x = last_y = None
+    for epoch in run_.epochs():  # Alg. 1 line 12: for T_g epochs
+        t1 = time.perf_counter()
+        z = torch.randn(cfg.batch_size, cfg.nz, generator=run_.rng).to(dev)  # lines 13-14
+        y = torch.randint(0, ctx.num_classes, (cfg.batch_size,), generator=run_.rng).to(dev)
+        inter, best_x = generation_stage(h, z, y, epoch)
+        t2 = time.perf_counter()
+        last_x, last_y = distillation_stage(h, z, y, inter, best_x)
+        h.t_gen += t2 - t1
+        h.t_kd += time.perf_counter() - t2
+    run_.finish()
+    extras = fedhydra_extras(h, strat, len(uploads), ctx.num_classes, t_strat)
+    if ctx.evaluate is not None:  # Fig. 8: label-free SA ensemble vs the mean ensemble (AE)
+        models = run_.bank.models
+        extras["sa_ensemble_acc"] = float(ctx.evaluate(
+            SAEnsemble(models, strat.U_r, strat.U_c, cfg.sa_rescale, cfg.sa_space)))
+        extras["mean_ensemble_acc"] = float(ctx.evaluate(Ensemble(models)))
+    return run_.result("fedhydra", cfg.preset, extras, samples=(last_x, last_y),
+                       num_images=cfg.num_images)
+
+
+def fedhydra_extras(h: Hydra, strat: Stratification, m: int, num_classes: int,
+                    t_strat: float) -> dict:
+    """FedHydra's own result extras (beside :meth:`DistillRun.result`'s common ones)."""
+    cfg = h.cfg
+    return {
+        **strat.to_lists(),
+        "strat_losses": strat.losses.tolist(),
+        "sa_rescale": cfg.sa_rescale,
+        "kd_data": cfg.kd_data,
+        "loss_weights": {"ce": cfg.ce_weight, "bn": cfg.bn_weight, "ad": cfg.adv_weight,
+                         "kd_ce": cfg.kd_ce_weight},
+        "kd_steps": h.kd_steps,
+        "generator_steps": cfg.epochs * cfg.steps_per_epoch,
+        "strat_generator_steps": m * num_classes * cfg.strat_steps,
+        "pool_size": len(h.pool) if h.pool is not None else 0,
+        "losses": {k: (torch.stack(v).tolist() if v and isinstance(v[0], torch.Tensor) else v)
+                   for k, v in h.log.items()},
+        "kd_loss": {k: as_floats(v) for k, v in h.kd_log.items()},
+        "time_stratification_s": round(t_strat, 3),
+        "time_generator_s": round(h.t_gen, 3),
+        "time_kd_s": round(h.t_kd, 3),
+    }
+
+
+__all__ = ["FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss", "generator_loss",
+           "global_loss", "kl_loss", "pseudo_label_loss", "run", "run_fedhydra"]
