@@ -27,11 +27,11 @@ import time
 
 import torch
 
-from ofl_core.clients import train_clients
+from ofl_core.client_training import train_clients
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
-from ofl_core.fedcvae.clients import CVAETrainConfig, baseline_local_config, train_cvae_clients
+from ofl_core.fedcvae.clients import CVAETrainConfig, baseline_local_config
 from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.upload_cache import UploadCache
 
@@ -67,61 +67,30 @@ def main() -> None:
     only_cvae = "--only-cvae" in sys.argv
     for seed in [int(s) for s in sys.argv[1:] if not s.startswith("--")]:
         for preset in ("paper",):
-            # FedCVAE-Ens (d=10) and FedCVAE-KD (d=100) clients
-            for which, methods in (("ens", ["fedcvae-ens"]), ("kd", ["fedcvae-kd", "param-avg"])):
+            # FedCVAE-Ens (d=10) and FedCVAE-KD (d=100) clients; FedCVAE's baselines: McMahan
+            # CNN clients, Adam 1e-3, batch 32, 10 / 15 epochs
+            groups = [("ens", CVAETrainConfig.for_dataset("fmnist", "ens", preset),
+                       ["fedcvae-ens"]),
+                      ("kd", CVAETrainConfig.for_dataset("fmnist", "kd", preset),
+                       ["fedcvae-kd", "param-avg"])]
+            groups += [(name, baseline_local_config("fmnist", name, preset), [name])
+                       for name in (() if only_cvae else ("fedavg", "fedoneshot"))]
+            for which, clients, methods in groups:
                 t = time.perf_counter()
-                cfg = CVAETrainConfig.for_dataset("fmnist", which, preset)
-                ups = train_cvae_clients(
-                    ds, part, cfg, seed, cache=cache, workers="auto", progress=False
-                )
-                log(
-                    event="clients",
-                    kind=which,
-                    seed=seed,
-                    preset=preset,
-                    secs=round(time.perf_counter() - t, 1),
-                )
+                ups = train_clients(ds, part, clients, seed, cache=cache, workers="auto",
+                                    progress=False)
+                log(event="clients", kind=which, seed=seed, preset=preset,
+                    secs=round(time.perf_counter() - t, 1))
                 for name in methods:
                     t = time.perf_counter()
-                    res = run_method(
-                        name, ups, method_config(name, preset, dataset="fmnist"), ctx(seed)
-                    )
-                    log(
-                        event="result",
-                        method=name,
-                        seed=seed,
-                        preset=preset,
-                        last=res.last_acc,
-                        best=res.best_acc,
-                        curve=res.curve,
-                        secs=round(time.perf_counter() - t, 1),
-                    )
-            # FedCVAE's baselines: McMahan CNN clients, Adam 1e-3, batch 32, 10 / 15 epochs
-            for name in () if only_cvae else ("fedavg", "fedoneshot"):
-                t = time.perf_counter()
-                lcfg = baseline_local_config("fmnist", name, preset)
-                ups = train_clients(
-                    ds, part, lcfg, seed, cache=cache, workers="auto", progress=False
-                )
-                log(
-                    event="clients",
-                    kind=name,
-                    seed=seed,
-                    preset=preset,
-                    secs=round(time.perf_counter() - t, 1),
-                )
-                t = time.perf_counter()
-                res = run_method(name, ups, method_config(name, preset), ctx(seed))
-                acc = accuracy(res.model, ds.x_test, ds.y_test)
-                log(
-                    event="result",
-                    method=name,
-                    seed=seed,
-                    preset=preset,
-                    last=acc,
-                    best=acc,
-                    secs=round(time.perf_counter() - t, 1),
-                )
+                    kw = {} if name in ("fedavg", "fedoneshot") else {"dataset": "fmnist"}
+                    mcfg = method_config(name, preset, **kw)
+                    res = run_method(name, ups, mcfg, ctx(seed))
+                    last = (res.last_acc if res.last_acc is not None
+                            else accuracy(res.model, ds.x_test, ds.y_test))
+                    best = res.best_acc if res.best_acc is not None else last
+                    log(event="result", method=name, seed=seed, preset=preset, last=last,
+                        best=best, curve=res.curve, secs=round(time.perf_counter() - t, 1))
     log(event="done", total_secs=round(time.perf_counter() - t0, 1))
 
 

@@ -127,7 +127,8 @@ def bars():
 def bars_clients(data, scheme: str) -> tuple[list, object]:
     """Three cnn_mnist clients trained on ``data`` split by ``scheme``, and a server context
     that evaluates on its test set."""
-    from ofl_core.clients import LocalTrainConfig, train_clients
+    from ofl_core.client_training import train_clients
+    from ofl_core.clients import LocalTrainConfig
     from ofl_core.data.partition import make_partition
     from ofl_core.evaluate import accuracy
     from ofl_core.methods import ServerContext
