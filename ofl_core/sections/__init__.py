@@ -1,0 +1,1 @@
+"""Per-notebook bookkeeping, summaries and figures that do not fit in a notebook cell."""
