@@ -40,7 +40,7 @@ def fedcvae_fig4_runs(experiment: ExperimentConfig, methods: Sequence[tuple[str,
     """FedCVAE Fig. 4 as runs: per method, all clients on the standard CVAE (homogeneous: the
     FedCVAE Table 1 setting, so those records fill ``T1``) and each client's variant drawn at
     random between ``cvae`` and ``cvae_small`` (seeded by the experiment's seed; records
-    ``Fig4``, setting ``models=heterogeneous``), on the same partition. Prints the drawn
+    ``Fig4``; the experiment's setting ``models=heterogeneous``), on the same partition. Prints the drawn
     variants."""
     variants = heterogeneous_variants(experiment.num_clients, experiment.seed)
     print(f"{experiment.dataset} seed {experiment.seed}: heterogeneous client variants "
@@ -49,8 +49,8 @@ def fedcvae_fig4_runs(experiment: ExperimentConfig, methods: Sequence[tuple[str,
     for name, cfg in methods:
         base = client_config(name, experiment.dataset, getattr(cfg, "preset", "paper"), cvae)
         runs.append(Run(experiment, ((name, cfg),), (Serves("fedcvae", "T1"),), clients=base))
-        runs.append(Run(experiment, ((name, cfg),),
-                        (Serves("fedcvae", "Fig4", setting="models=heterogeneous"),),
+        runs.append(Run(dataclasses.replace(experiment, setting="models=heterogeneous"),
+                        ((name, cfg),), (Serves("fedcvae", "Fig4"),),
                         clients=[dataclasses.replace(base, variant=v) for v in variants]))
     return runs
 
