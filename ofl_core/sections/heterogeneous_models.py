@@ -40,8 +40,8 @@ def fedcvae_fig4_runs(experiment: ExperimentConfig, methods: Sequence[tuple[str,
     """FedCVAE Fig. 4 as runs: per method, all clients on the standard CVAE (homogeneous: the
     FedCVAE Table 1 setting, so those records fill ``T1``) and each client's variant drawn at
     random between ``cvae`` and ``cvae_small`` (seeded by the experiment's seed; records
-    ``Fig4``; the experiment's setting ``models=heterogeneous``), on the same partition. Prints the drawn
-    variants."""
+    ``Fig4``, the experiment's setting ``models=heterogeneous``), on the same partition.
+    Prints the drawn variants."""
     variants = heterogeneous_variants(experiment.num_clients, experiment.seed)
     print(f"{experiment.dataset} seed {experiment.seed}: heterogeneous client variants "
           f"{variants}")
