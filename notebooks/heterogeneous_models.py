@@ -47,7 +47,7 @@ fedhydra_2cc = False
 dense_methods = ["feddf", "fed-dafl", "fed-adi", "dense"]
 fedhydra_methods = ["feddf", "dense", "fedhydra"]
 server_epochs = 5
-g_steps = 3
+steps_per_epoch = 3
 batch_size = 64
 strat_steps = 3
 strat_batch_size = 8
@@ -65,167 +65,95 @@ data_root = None
 cache_dir = None
 figures_dir = "../figures/heterogeneous_models"
 
+# %% [markdown]
+# ## The runs, and the tables each one serves
+# One partition and one set of heterogeneous clients per (seed, partition, client list): the
+# DENSE Table 2 runs (`dense_archs`, `dense_methods`) and the FedHydra Table 3/6 (Dirichlet) and
+# Table 7 (2c/c, `fedhydra_2cc`) runs (`fedhydra_archs`, `fedhydra_methods`). Runs with the same
+# clients share them, and a method with the same config runs once for both papers (FedDF and
+# DENSE at α = 0.5 in the quick setting). `client_rows` adds each client's `local-<arch>` row
+# (setting `models=heterogeneous`); server rows carry `models=heterogeneous;server=<arch>`.
+# The server sizes apply to every method that has them (stratification to FedHydra only), and
+# every distillation method distils into `server_arch`.
+
 # %%
-import dataclasses
-
 from ofl_core.clients import LocalTrainConfig
-from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
-from ofl_core.fedcvae.clients import heterogeneous_variants
-from ofl_core.fedcvae.experiment import (
-    client_config,
-    fedcvae_data_settings,
-    setup_fedcvae_experiment,
-)
-from ofl_core.heterogeneous import client_records, heterogeneous_settings, paper_arch_name
-from ofl_core.plots import plot_grouped_bars, plot_paper_vs_ours, save_figure
-from ofl_core.results import compare_with_paper, paper_results, record, records_frame
+from ofl_core.experiment import ExperimentConfig, configure_methods
+from ofl_core.heterogeneous import heterogeneous_settings
+from ofl_core.results import record
+from ofl_core.sections import heterogeneous_models as section
+from ofl_core.tables import Run, Serves, run_tables, server_settings
 
-local = LocalTrainConfig(epochs=local_epochs)
-server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,
-          "iters_per_epoch": g_steps, "batch_size": batch_size, "kd_batch_size": batch_size,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size, "ngf": ngf,
-          "student_arch": server_arch}
 local_setting, server_setting = heterogeneous_settings(server_arch)
-fedhydra_table = "T6" if dataset.startswith("svhn") else "T3"  # T3 CIFAR10, T6 SVHN
-
-# (paper, table, client architectures, partition, α, methods); tables that need the same clients
-# share one setup, and each server method runs once on it
-tables = [("dense", "T2", dense_archs, "dirichlet", a, dense_methods) for a in dense_alphas]
-tables += [("fedhydra", fedhydra_table, fedhydra_archs, "dirichlet", a, fedhydra_methods)
-           for a in fedhydra_alphas]
-if fedhydra_2cc:
-    tables.append(("fedhydra", "T7", fedhydra_archs, "classes_per_client", None,
-                   fedhydra_methods))
-groups: dict[tuple, list] = {}
-for paper, table, archs, partition, alpha, ms in tables:
-    groups.setdefault((tuple(archs), partition, alpha), []).append((paper, table, ms))
-
-records, setups = [], []
-for seed in seeds:
-    for (archs, partition, alpha), labels in groups.items():
-        cfg = ExperimentConfig(
-            dataset=dataset, partition=partition, alpha=alpha, num_clients=len(archs),
-            archs=archs, local=local, seed=seed, device=device, data_root=data_root,
-            cache_dir=cache_dir, experiment="heterogeneous_models", setting=server_setting,
-        )
-        setup = setup_experiment(cfg)
-        setups.append(setup)
-        needed = list(dict.fromkeys(m for _, _, ms in labels for m in ms))
-        recs, results = run_methods(setup, configure_methods(needed, common=server))
-        locals_ = client_records(setup, setting=local_setting)
-        for paper, table, ms in labels:
-            records += [dataclasses.replace(r, paper=paper, table=table)
-                        for r in locals_ + [r for r in recs if r.method in ms]]
-        where = f"α={alpha}" if alpha is not None else "2c/c"
-        print(f"seed {seed}, {where}: " + ", ".join(
-            f"{a} {acc:.1f}" for a, acc in zip(archs, setup.client_accs, strict=True))
-            + f"; ensemble {setup.ensemble_acc:.2f}")
-        for k, v in results.items():
-            print(f"  {k:9s} → {v.extras.get('student_arch', server_arch)}: "
-                  f"last {v.last_acc:6.2f}  best {v.best_acc:6.2f}")
+common = dict(device=device, data_root=data_root, cache_dir=cache_dir,
+              experiment="heterogeneous_models")
+hetero = dict(dataset=dataset, local=LocalTrainConfig(epochs=local_epochs), **common,
+              setting=server_setting)
+server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
+                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf,
+                         student_arch=server_arch)
+strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
+runs = [Run(ExperimentConfig(partition="dirichlet", alpha=a, num_clients=len(dense_archs),
+                             archs=dense_archs, seed=s, **hetero),
+            tuple(configure_methods(dense_methods, common=server)), (Serves("dense", "T2"),),
+            client_rows=local_setting) for s in seeds for a in dense_alphas]
+runs += [Run(ExperimentConfig(**p, num_clients=len(fedhydra_archs), archs=fedhydra_archs,
+                              seed=s, **hetero),
+             tuple(configure_methods(fedhydra_methods, common={**server, **strat})),
+             (Serves("fedhydra", t),), client_rows=local_setting)
+         for s in seeds for p, t in section.fedhydra_partitions(fedhydra_alphas, fedhydra_2cc,
+                                                                  dataset)]
 
 # %% [markdown]
-# ## FedCVAE Fig. 4: homogeneous vs heterogeneous CVAEs
-# Homogeneous = every client on the standard CVAE (the FedCVAE Table 1 setting, so those rows are
-# labelled T1 and sit beside its α = 0.01 cells); heterogeneous = each client's variant drawn at
-# random between `cvae` and `cvae_small` (seeded), labelled `Fig4`, setting
-# `models=heterogeneous`. Every method sees the same partition in both cases.
+# FedCVAE Fig. 4: homogeneous = every client on the standard CVAE (the FedCVAE Table 1 setting,
+# so those records are labelled T1 and sit beside its α = 0.01 cells); heterogeneous = each
+# client's variant drawn at random between `cvae` and `cvae_small` (seeded), labelled `Fig4`,
+# setting `models=heterogeneous`. Every method sees the same partition in both cases.
 
 # %%
-fedcvae_server = {"num_samples": fedcvae_num_samples, "kd_samples": fedcvae_num_samples,
-                  "classifier_epochs": fedcvae_classifier_epochs,
-                  "kd_epochs": fedcvae_kd_epochs}
-fedcvae_records = []
-for fds in fedcvae_datasets:
-    for seed in seeds:
-        cfg = ExperimentConfig(
-            dataset=fds, partition="dirichlet_fedcvae", alpha=fedcvae_alpha,
-            num_clients=fedcvae_num_clients, seed=seed, device=device, data_root=data_root,
-            cache_dir=cache_dir, experiment="heterogeneous_models", paper="fedcvae",
-            **fedcvae_data_settings(fds),
-        )
-        variants = heterogeneous_variants(fedcvae_num_clients, seed)
-        print(f"{fds} seed {seed}: heterogeneous client variants {variants}")
-        for method in fedcvae_methods:
-            (name, mcfg), = configure_methods([method], common={**fedcvae_server,
-                                                                "dataset": fds})
-            base = client_config(method, fds, cvae={"epochs": fedcvae_local_epochs})
-            for kind, clients, table, setting in (
-                    ("homogeneous", base, "T1", ""),
-                    ("heterogeneous", [dataclasses.replace(base, variant=v) for v in variants],
-                     "Fig4", "models=heterogeneous")):
-                setup = setup_fedcvae_experiment(dataclasses.replace(cfg, table=table,
-                                                                     setting=setting), clients)
-                recs, res = run_methods(setup, [(name, mcfg)])
-                fedcvae_records += recs
-                print(f"  {method:12s} {kind:13s} last {res[name].last_acc:6.2f}  "
-                      f"best {res[name].best_acc:6.2f}")
-records += fedcvae_records
-record(records)
+from ofl_core.fedcvae.experiment import fedcvae_data_settings
+
+runs += [r for fds in fedcvae_datasets for s in seeds for r in section.fedcvae_fig4_runs(
+    ExperimentConfig(dataset=fds, partition="dirichlet_fedcvae", alpha=fedcvae_alpha,
+                     num_clients=fedcvae_num_clients, seed=s, **common,
+                     **fedcvae_data_settings(fds)),
+    configure_methods(fedcvae_methods, common=server_settings(
+        dataset=fds, num_samples=fedcvae_num_samples, kd_samples=fedcvae_num_samples,
+        classifier_epochs=fedcvae_classifier_epochs, kd_epochs=fedcvae_kd_epochs)),
+    cvae={"epochs": fedcvae_local_epochs})]
+
+# %%
+tables = run_tables(runs)
+record(tables.records)
 
 # %% [markdown]
 # ## FedAvg and OT fusion refuse heterogeneous clients
-# Both average parameters tensor by tensor, which needs one architecture; they raise a clear
-# error instead of producing a model.
+# Both average parameters tensor by tensor, which needs one architecture; on the first
+# heterogeneous setup they raise a clear error instead of producing a model.
 
 # %%
-if setups:
-    for m in ("fedavg", "ot"):
-        try:
-            run_methods(setups[0], configure_methods([m]))
-            print(f"{m}: UNEXPECTEDLY accepted heterogeneous clients")
-        except ValueError as e:
-            print(f"{m} refused, as it must: {e}")
+section.refuse_heterogeneous(tables)
 
 # %% [markdown]
 # ## Ours beside the papers' tables
 # `paper` is matched on dataset, α, m, method and setting; the quick run (FMNIST, a LeNet
 # server) has no cell in these CIFAR10/SVHN tables, so it shows n/a there — the papers' cells
-# are printed after each table to compare orderings.
+# are printed after the tables to compare orderings. DENSE Table 2 is shown; FedHydra Tables
+# 3/6/7 are printed; each table's figure is saved as `<paper>_<table>_paper_vs_ours.png`.
 
 # %%
-dense_t2 = compare_with_paper([r for r in records if (r.paper, r.table) == ("dense", "T2")],
-                              "dense", "T2")
-dense_t2
-
-# %%
-for paper, table in (("fedhydra", "T3"), ("fedhydra", "T6"), ("fedhydra", "T7")):
-    own = [r for r in records if (r.paper, r.table) == (paper, table)]
-    if own:
-        print(f"{paper} {table}:")
-        print(compare_with_paper(own, paper, table).to_string())
-
-# %%
-for paper, table in dict.fromkeys((r.paper, r.table) for r in records):
-    if paper == "fedcvae":
-        continue
-    fig = plot_paper_vs_ours(compare_with_paper(
-        [r for r in records if (r.paper, r.table) == (paper, table)], paper, table),
-        f"{paper} {table} (heterogeneous models), {dataset}, server {server_arch}: ours vs paper")
-    save_figure(fig, figures_dir, f"{paper}_{table.lower()}_paper_vs_ours")
+compared = section.comparisons(tables, dataset, server_arch, figures_dir)
+compared.get(("dense", "T2"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for paper, table in (("dense", "T2"), ("fedhydra", "T3"), ("fedhydra", "T6"), ("fedhydra", "T7")):
-    cells = paper_results(paper, table)
-    cells = cells.assign(alpha=cells.alpha.fillna(-1).map(lambda a: "2c/c" if a < 0 else a))
-    print(f"paper {paper} {table} ({', '.join(sorted(set(cells.dataset)))}):")
-    print(cells.pivot_table(index="method", columns=["dataset", "alpha"], values="accuracy",
-                            sort=False).to_string())
-print("our architecture names → the papers':",
-      {a: paper_arch_name(a) for a in dict.fromkeys([*dense_archs, *fedhydra_archs])})
+section.print_paper_cells([*dense_archs, *fedhydra_archs])
 
 # %% [markdown]
 # ## FedCVAE: ours beside Table 1 (homogeneous rows) and the Fig. 4 comparison
 
 # %%
-if fedcvae_records:
-    print(compare_with_paper(fedcvae_records, "fedcvae", "T1").to_string())
-    frame = records_frame(fedcvae_records)
-    frame["models"] = frame.setting.map(lambda s: "heterogeneous" if s else "homogeneous")
-    frame["group"] = frame.method + " (" + frame.data_source + ")"
-    fig4 = frame.groupby(["group", "models"]).last_acc.mean().unstack()
-    print(fig4.round(2).to_string())
-    fig = plot_grouped_bars(fig4.to_dict("index"),
-                            "FedCVAE Fig. 4: homogeneous vs heterogeneous local CVAEs")
-    save_figure(fig, figures_dir, "fedcvae_fig4")
+tables.compare("fedcvae", "T1")
+
+# %%
+fig4 = section.fedcvae_fig4(tables, figures_dir)

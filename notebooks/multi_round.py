@@ -25,7 +25,9 @@
 #   Table 5 at α = 0.1 (the paper states E there), Tables 8/9/10 at α = 0.5/0.3/0.01 and Table 11
 #   on 2c/c (E not restated: their setting strings carry only the round).
 #
-# Every method runs its own chain of rounds on the same partition; round 1's clients are shared.
+# Every method runs its own chain of rounds on the same partition; round 1's clients are shared,
+# and a chain asked for by two tables runs once (DENSE at α = 0.1 with the same E fills both
+# papers' Table 5).
 # DENSE and FedHydra start each round's student from the previous global model (the papers do
 # not say; docs/decisions.md); FedAvg averages clients that started from it; FedDF starts from
 # that average. Driver: `ofl_core.multi_round` (for DENSE identical to
@@ -49,7 +51,7 @@ fedhydra_partitions = [0.1]
 fedhydra_local_epochs = 2
 fedhydra_methods = ["fedavg", "dense", "fedhydra"]
 server_epochs = 4
-g_steps = 3
+steps_per_epoch = 3
 batch_size = 64
 ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
 strat_steps = 3
@@ -59,74 +61,40 @@ data_root = None
 cache_dir = None
 figures_dir = "../figures/multi_round"
 
+# %% [markdown]
+# ## The runs, and the table each one serves
+# One run per (seed, partition): DENSE alone for DENSE Table 5 (E = `dense_local_epochs`), and
+# `fedhydra_methods` for FedHydra's table of that partition (E = `fedhydra_local_epochs`), each
+# over `rounds` rounds (`Run(rounds=...)`: one record per round, setting
+# `rounds=T;local_epochs=E`; FedHydra Tables 8–11 keep `rounds=T`). The server sizes apply to
+# every method that has them (FedHydra's stratification steps to FedHydra only).
+
 # %%
-import dataclasses
-
-import matplotlib.pyplot as plt
-import pandas as pd
-
 from ofl_core.clients import LocalTrainConfig
-from ofl_core.experiment import ExperimentConfig, configure_methods, setup_experiment
-from ofl_core.multi_round import run_multi_round_methods
-from ofl_core.plots import plot_accuracy_vs, save_figure
-from ofl_core.results import compare_with_paper, paper_results, record, records_frame
+from ofl_core.experiment import ExperimentConfig, configure_methods
+from ofl_core.results import record
+from ofl_core.sections import multi_round as section
+from ofl_core.tables import Run, Serves, run_tables, server_settings
 
-#: FedHydra's multi-round table for each partition (α, or "2c/c")
-FEDHYDRA_TABLE = {0.1: "T5", 0.5: "T8", 0.3: "T9", 0.01: "T10", "2c/c": "T11"}
-server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,
-          "batch_size": batch_size, "kd_batch_size": batch_size, "ngf": ngf,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size}
+common = dict(dataset=dataset, num_clients=num_clients, device=device, data_root=data_root,
+              cache_dir=cache_dir, experiment="multi_round")
+server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
+                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf)
+strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
+runs = [Run(ExperimentConfig(**section.partition_fields(a), seed=s, **common,
+                             local=LocalTrainConfig(arch=arch, epochs=dense_local_epochs)),
+            tuple(configure_methods(["dense"], common=server)), (Serves("dense", "T5"),),
+            rounds=rounds)
+        for s in seeds for a in dense_alphas]
+runs += [Run(ExperimentConfig(**section.partition_fields(p), seed=s, **common,
+                              local=LocalTrainConfig(arch=arch, epochs=fedhydra_local_epochs)),
+             tuple(configure_methods(fedhydra_methods, common={**server, **strat})),
+             (section.fedhydra_serves(p),), rounds=rounds)
+         for s in seeds for p in fedhydra_partitions]
 
-
-def partition_fields(p: float | str) -> dict:
-    if p == "2c/c":
-        return {"partition": "classes_per_client", "alpha": None, "classes_per_client": 2}
-    return {"partition": "dirichlet", "alpha": float(p)}
-
-
-def fedhydra_table(p: float | str) -> str:
-    key = p if p == "2c/c" else float(p)
-    if key not in FEDHYDRA_TABLE:
-        raise ValueError(f"fedhydra_partitions: FedHydra has no multi-round table for {p!r}; "
-                         f"choose from {list(FEDHYDRA_TABLE)}")
-    return FEDHYDRA_TABLE[key]
-
-
-# (paper, table, partition, E, methods); a (partition, E, method) chain runs once and is
-# labelled for every table that asks for it (e.g. DENSE at α=0.1 for both papers' Table 5)
-jobs = [("dense", "T5", a, dense_local_epochs, ["dense"]) for a in dense_alphas]
-jobs += [("fedhydra", fedhydra_table(p), p, fedhydra_local_epochs, fedhydra_methods)
-         for p in fedhydra_partitions]
-chains: dict[tuple, list] = {}
-results: dict[tuple, object] = {}
-records = []
-for seed in seeds:
-    for paper, table, p, E, names in jobs:
-        todo = [m for m in names if (seed, p, E, m) not in chains]
-        if todo:
-            cfg = ExperimentConfig(
-                dataset=dataset, **partition_fields(p), num_clients=num_clients, seed=seed,
-                local=LocalTrainConfig(arch=arch, epochs=E), device=device,
-                data_root=data_root, cache_dir=cache_dir, experiment="multi_round")
-            setup = setup_experiment(cfg)
-            recs, res = run_multi_round_methods(setup, configure_methods(todo, common=server),
-                                                rounds)
-            for m in todo:
-                chains[(seed, p, E, m)] = [r for r in recs if r.method == m]
-                results[(seed, p, E, m)] = res[m]
-        for m in names:
-            for r in chains[(seed, p, E, m)]:
-                # FedHydra Tables 8–11 do not restate E: their setting is the round only
-                setting = r.setting if table == "T5" else r.setting.split(";")[0]
-                records.append(dataclasses.replace(r, paper=paper, table=table,
-                                                   setting=setting))
-        print(f"{paper} {table} seed={seed} partition={p} E={E}")
-        for m in names:
-            rr = results[(seed, p, E, m)].rounds
-            print(f"  {m:9s} last acc per round {[round(x.last_acc, 2) for x in rr]}, "
-                  f"ensemble {[round(x.ensemble_acc, 2) for x in rr]}, "
-                  f"mean client {[round(sum(x.client_accs) / len(x.client_accs), 2) for x in rr]}")
-record(records)
+# %%
+tables = run_tables(runs)
+record(tables.records)
 
 # %% [markdown]
 # ## Ours beside the papers, per table
@@ -135,47 +103,18 @@ record(records)
 # after that round.
 
 # %%
-tables = {}
-for paper, table in dict.fromkeys((j[0], j[1]) for j in jobs):
-    recs = [r for r in records if r.paper == paper and r.table == table]
-    tables[(paper, table)] = compare_with_paper(recs, paper, table)
-    print(f"\n{paper} {table}")
-    print(tables[(paper, table)].drop(columns=["data_source", "n_seeds"]).to_string(index=False))
+compared = section.comparisons(tables)
 
 # %% [markdown]
 # ## Accuracy vs round: ours (solid) and the paper (dashed; its datasets when ours has no cell)
 
 # %%
-fig, axes = plt.subplots(1, len(tables), figsize=(5.4 * len(tables), 3.8), squeeze=False)
-for ax, ((paper, table), t) in zip(axes[0], tables.items(), strict=True):
-    t = t.assign(round=t["setting"].str.extract(r"rounds=(\d+)")[0].astype(int))
-    rows = [t[["round", "method", "ours_last", "paper"]]]
-    if t["paper"].isna().all():  # the paper's own datasets at our partition, same methods
-        cells = paper_results(paper, table)
-        cells = cells[cells.method.isin(t["method"])
-                      & (cells.alpha.map(lambda a: "" if pd.isna(a) else f"{a:g}")
-                         .isin(t["alpha"].astype(str)))]
-        cells = cells.assign(round=cells["setting"].str.extract(r"rounds=(\d+)")[0].astype(int),
-                             method=cells["method"] + " [" + cells["dataset"] + "]")
-        rows.append(cells[["round", "method", "accuracy"]].rename(columns={"accuracy": "paper"}))
-    frame = pd.concat(rows, ignore_index=True)
-    plot_accuracy_vs(frame, "round", group="method", ax=ax, xlabel="round",
-                     title=f"{paper} {table}: ours ({dataset}) vs paper")
-    ax.set_xticks(sorted(frame["round"].unique()))
-fig.tight_layout()
-save_figure(fig, figures_dir, "accuracy_vs_round")
+fig = section.plot_accuracy_vs_round(compared, dataset, figures_dir)
 
 # %% [markdown]
 # ## Summary (printed plainly): does accuracy grow with rounds?
+# Mean over seeds per round: the global model's last/best accuracy, the round's teacher
+# ensemble and its mean client accuracy; then round 1 → T per method.
 
 # %%
-df = records_frame(records)
-df["round"] = df["setting"].str.extract(r"rounds=(\d+)")[0].astype(int)
-summary = df.groupby(["paper", "table", "method", "round"])[["last_acc", "best_acc",
-                                                             "ensemble_acc"]].mean()
-print(summary.round(2).to_string())
-for (paper, table, method), g in summary.groupby(level=[0, 1, 2]):
-    accs = g["last_acc"].tolist()
-    trend = "improves" if accs[-1] > accs[0] else "does NOT improve"
-    print(f"{paper} {table} {method}: round 1 → {len(accs)}: {accs[0]:.2f} → {accs[-1]:.2f} "
-          f"({trend})")
+summary = section.round_trends(tables)

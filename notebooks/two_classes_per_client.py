@@ -27,7 +27,8 @@
 #
 # FedHydra is run twice: `sa_rescale=False` (Eqs. 8–11 literally; the SA logits are ≈ 1/C of
 # the mean logits, a softmax temperature of C) and `sa_rescale=True` (SA logits × C), as SPEC §4
-# asks. The SA *ensemble accuracy* is the same for both (rescaling keeps the argmax).
+# asks; its records carry preset `paper` and `paper+sa_rescale`. The SA *ensemble accuracy* is
+# the same for both (rescaling keeps the argmax).
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images), few
 # local epochs, a few server epochs of a few generator steps and a short stratification —
@@ -43,7 +44,7 @@ local_epochs = 10
 methods = ["fedavg", "feddf", "dense", "fedhydra"]
 sa_rescale = [False, True]
 server_epochs = 5
-g_steps = 5
+steps_per_epoch = 5
 batch_size = 32
 strat_steps = 3
 strat_batch_size = 8
@@ -54,59 +55,40 @@ data_root = None
 cache_dir = None
 figures_dir = "../figures/two_classes_per_client"
 
+# %% [markdown]
+# ## The runs
+# One 2c/c partition and one set of clients per seed; every method runs on them and its records
+# fill FedHydra Table 2. The server sizes (`server_epochs`, `steps_per_epoch`, `batch_size`,
+# `ngf`; FedHydra's stratification steps) apply to every method that has them. Fig. 8 also needs
+# clients on each Dirichlet α of `fig8_alphas`: those runs train (or load) the clients only — no
+# server method, no record.
+
 # %%
-import dataclasses
+from ofl_core.clients import LocalTrainConfig
+from ofl_core.experiment import ExperimentConfig, configure_methods
+from ofl_core.plots import save_paper_vs_ours
+from ofl_core.results import record
+from ofl_core.sections import two_classes_per_client as section
+from ofl_core.tables import Run, Serves, run_tables, server_settings
 
-import pandas as pd
+common = dict(dataset=dataset, num_clients=num_clients, local=LocalTrainConfig(
+    arch=arch, epochs=local_epochs), device=device, data_root=data_root, cache_dir=cache_dir,
+    experiment="two_classes_per_client")
+server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
+                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf)
+strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
+hydra = [("fedhydra", c, section.hydra_label(r)) for r in sa_rescale if "fedhydra" in methods
+         for _, c in configure_methods(["fedhydra"], common={**server, **strat, "sa_rescale": r})]
+others = tuple(configure_methods([m for m in methods if m != "fedhydra"], common=server))
+runs = [Run(ExperimentConfig(partition="classes_per_client", alpha=None, seed=s,
+                             classes_per_client=classes_per_client, **common),
+            others + tuple(hydra), (Serves("fedhydra", "T2"),)) for s in seeds]
+runs += [Run(ExperimentConfig(partition="dirichlet", alpha=a, seed=s, **common), (), ())
+         for s in seeds for a in fig8_alphas]
 
-from ofl_core.clients import LocalTrainConfig, build_from_upload
-from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods, setup_experiment
-from ofl_core.fedhydra.aggregation import SAEnsemble
-from ofl_core.fedhydra.stratification import block_structure, stratify
-from ofl_core.plots import (
-    plot_curves,
-    plot_grouped_bars,
-    plot_heatmap,
-    plot_paper_vs_ours,
-    save_figure,
-)
-from ofl_core.results import compare_with_paper, record, records_frame
-
-local = LocalTrainConfig(arch=arch, epochs=local_epochs)
-server = {"epochs": server_epochs, "g_steps": g_steps, "steps_per_epoch": g_steps,
-          "iters_per_epoch": g_steps, "batch_size": batch_size, "kd_batch_size": batch_size,
-          "strat_steps": strat_steps, "strat_batch_size": strat_batch_size, "ngf": ngf}
-others = configure_methods([m for m in methods if m != "fedhydra"], common=server)
-hydra = ([(r, configure_methods(["fedhydra"], common={**server, "sa_rescale": r})[0])
-          for r in sa_rescale] if "fedhydra" in methods else [])
-
-
-def hydra_label(rescale: bool) -> str:
-    """Our rows for FedHydra: preset "paper" (literal Eqs. 8–11) or "paper+sa_rescale"."""
-    return "paper+sa_rescale" if rescale else "paper"
-
-
-records, runs = [], []
-for seed in seeds:
-    cfg = ExperimentConfig(
-        dataset=dataset, partition="classes_per_client", alpha=None,
-        classes_per_client=classes_per_client, num_clients=num_clients, seed=seed, local=local,
-        device=device, data_root=data_root, cache_dir=cache_dir,
-        experiment="two_classes_per_client", paper="fedhydra", table="T2",
-    )
-    setup = setup_experiment(cfg)
-    recs, results = run_methods(setup, others)
-    for rescale, mcfg in hydra:  # one run per sa_rescale value, on the same clients
-        r, res = run_methods(setup, [mcfg])
-        recs += [dataclasses.replace(x, preset=hydra_label(rescale)) for x in r]
-        results[f"fedhydra ({hydra_label(rescale)})"] = res["fedhydra"]
-    records += recs
-    runs.append((setup, results))
-    print(f"seed {seed}: clients {[round(a, 1) for a in setup.client_accs]}, "
-          f"mean-logit ensemble {setup.ensemble_acc:.2f}")
-    for k, v in results.items():
-        print(f"  {k:28s} last {v.last_acc:6.2f}  best {v.best_acc:6.2f}")
-record(records)
+# %%
+tables = run_tables(runs)
+record(tables.records)
 
 # %% [markdown]
 # ## FedHydra Table 2 (2c/c): ours beside the paper
@@ -114,93 +96,40 @@ record(records)
 # rows (literal SA and `sa_rescale`) sit beside the same paper number.
 
 # %%
-t2 = compare_with_paper(records, "fedhydra", "T2")
-t2
-
-# %%
-fig = plot_paper_vs_ours(t2, f"FedHydra Table 2 (2c/c), {dataset} (ours) vs paper")
-save_figure(fig, figures_dir, "fedhydra_t2_paper_vs_ours")
+save_paper_vs_ours(tables.compare("fedhydra", "T2"), f"FedHydra Table 2 (2c/c), {dataset} "
+                   "(ours) vs paper", figures_dir, "fedhydra_t2_paper_vs_ours")
+tables.compare("fedhydra", "T2")
 
 # %% [markdown]
 # ## Fig. 6b: stratified weights Ū_r (rows: classes, columns: clients)
-# Ū_r normalises each class row over the clients. Block check: for every client, are its two
-# largest weights (in its column) exactly its own two classes?
+# Ū_r (of the first seed's FedHydra run) normalises each class row over the clients. Block
+# check: for every client, are its two largest weights (in its column) exactly its own two
+# classes?
 
 # %%
-setup, results = runs[0]
-hydra_key = next((k for k in results if k.startswith("fedhydra")), None)
-if hydra_key is not None:
-    U_r = results[hydra_key].extras["U_r"]
-    fig = plot_heatmap(U_r, f"FedHydra Ū_r, 2c/c, {dataset}", "client", "class",
-                       yticklabels=list(setup.dataset.classes) or None)
-    save_figure(fig, figures_dir, "fedhydra_fig6b_U_r")
-    check = block_structure(U_r, setup.partition.counts)
-    owners = {k: [j for j in range(len(U_r)) if setup.partition.counts[k][j] > 0]
-              for k in range(num_clients)}
-    print("client → its classes:", owners)
-    print("per client, its top weights are its own classes:", check["client_top_are_own"])
-    print("per class, the largest weight is on its owner:", check["class_argmax_is_owner"])
-    print("weight on the owner per class:", [round(w, 3) for w in check["owner_weight"]])
-    print(f"Ū_r BLOCK-STRUCTURED: {check['block_structured']} "
-          f"({sum(check['client_top_are_own'])}/{num_clients} clients, "
-          f"{sum(check['class_argmax_is_owner'])}/{len(U_r)} classes)")
+check = section.fig6b_block_check(tables, tables.setups[0], figures_dir,
+                                  f"FedHydra Ū_r, 2c/c, {dataset}")
 
 # %% [markdown]
-# ## Fig. 7: test accuracy over distillation epochs (FedAvg has no epochs)
+# ## Fig. 7: test accuracy over distillation epochs (first seed; FedAvg has no epochs)
 
 # %%
-curves = {k: v.curve for k, v in results.items() if v.curve}
-fig = plot_curves(curves, f"2c/c, {dataset}: test accuracy of the server model")
-save_figure(fig, figures_dir, "fig7_curves")
+curves = section.fig7_curves(tables, figures_dir,
+                             f"2c/c, {dataset}: test accuracy of the server model")
 
 # %% [markdown]
 # ## Fig. 8: averaging ensemble (AE) vs stratified-aggregation ensemble (SA) on real test data
-# For 2c/c the numbers come from FedHydra's own stratification (its result extras); for every
-# Dirichlet α the clients are trained (cached) and stratified with the same settings.
+# For 2c/c the numbers come from FedHydra's own stratification (its result extras); the
+# Dirichlet clients of `fig8_alphas` are stratified here with the same settings.
 
 # %%
-fig8 = []
-for seed in seeds:
-    for alpha in fig8_alphas:
-        cfg = ExperimentConfig(
-            dataset=dataset, partition="dirichlet", alpha=alpha, num_clients=num_clients,
-            seed=seed, local=local, device=device, data_root=data_root, cache_dir=cache_dir,
-            experiment="two_classes_per_client",
-        )
-        s = setup_experiment(cfg)
-        models = [build_from_upload(u, s.device) for u in s.uploads]
-        ds = s.dataset
-        st = stratify(models, ds.num_classes, ds.channels, ds.image_size, steps=strat_steps,
-                      batch_size=strat_batch_size, seed=seed, device=s.device)
-        sa = s.context().evaluate(SAEnsemble(models, st.U_r, st.U_c))
-        fig8.append({"setting": f"α={alpha}", "seed": seed, "AE": s.ensemble_acc, "SA": sa})
-for (_setup, res), seed in zip(runs, seeds, strict=True):
-    if hydra_key is not None:
-        ex = res[hydra_key].extras
-        fig8.append({"setting": f"{classes_per_client}c/c", "seed": seed,
-                     "AE": ex["mean_ensemble_acc"], "SA": ex["sa_ensemble_acc"]})
-fig8 = pd.DataFrame(fig8).groupby("setting", sort=False)[["AE", "SA"]].mean()
-fig8["SA − AE"] = fig8["SA"] - fig8["AE"]
-print(fig8.round(2).to_string())
-fig = plot_grouped_bars(fig8[["AE", "SA"]].to_dict("index"),
-                        f"FedHydra Fig. 8 on {dataset}: ensemble accuracy on real test data")
-save_figure(fig, figures_dir, "fig8_ae_vs_sa")
+fig8 = section.fig8_ae_vs_sa(
+    tables, strat_steps=strat_steps, strat_batch_size=strat_batch_size,
+    classes_per_client=classes_per_client, figures_dir=figures_dir,
+    title=f"FedHydra Fig. 8 on {dataset}: ensemble accuracy on real test data")
 
 # %% [markdown]
 # ## Verdicts (printed plainly; a negative result is a result)
 
 # %%
-wins = int((fig8["SA − AE"] > 0).sum())
-print(f"SA ensemble beats the mean (AE) ensemble in {wins}/{len(fig8)} settings: "
-      + "; ".join(f"{k}: SA {r.SA:.2f} vs AE {r.AE:.2f} ({r['SA − AE']:+.2f})"
-                  for k, r in fig8.iterrows()))
-summary = records_frame(records).groupby(["method", "preset"])[["last_acc", "best_acc"]].mean()
-print(summary.round(2).to_string())
-if ("dense", "paper") in summary.index:
-    d = summary.loc[("dense", "paper")]
-    for rescale in sa_rescale if "fedhydra" in methods else []:
-        h = summary.loc[("fedhydra", hydra_label(rescale))]
-        verdict = "BEATS" if h.last_acc > d.last_acc else "does NOT beat"
-        print(f"FedHydra (sa_rescale={rescale}) {verdict} DENSE on the same 2c/c clients: "
-              f"last {h.last_acc:.2f} vs {d.last_acc:.2f} ({h.last_acc - d.last_acc:+.2f}), "
-              f"best {h.best_acc:.2f} vs {d.best_acc:.2f} ({h.best_acc - d.best_acc:+.2f})")
+summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods else [])

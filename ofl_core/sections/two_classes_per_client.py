@@ -1,0 +1,126 @@
+"""FedHydra's 2c/c notebook (``notebooks/two_classes_per_client.py``): Fig. 6b (the
+stratified weights Ū_r), Fig. 7 (accuracy over distillation epochs), Fig. 8 (the averaging vs
+the stratified-aggregation ensemble) and the Table 2 verdicts, from a
+:class:`~ofl_core.tables.Tables`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pandas as pd
+
+from ..clients import build_from_upload
+from ..experiment import Setup
+from ..fedhydra.aggregation import SAEnsemble
+from ..fedhydra.stratification import block_structure, stratify
+from ..plots import plot_curves, plot_grouped_bars, plot_heatmap, save_figure
+from ..tables import Tables
+
+
+def hydra_label(rescale: bool) -> str:
+    """FedHydra's preset label in Table 2 (FedHydra T2): ``"paper"`` (Eqs. 8–11 literally)
+    or ``"paper+sa_rescale"`` (SA logits × C)."""
+    return "paper+sa_rescale" if rescale else "paper"
+
+
+def hydra_key(tables: Tables) -> str | None:
+    """The record name (with its preset label) of the first FedHydra result, or None when
+    FedHydra did not run (FedHydra Figs. 6b and 8 need its extras)."""
+    return next((k for _, k in tables.results if k.startswith("fedhydra")), None)
+
+
+def fig6b_block_check(tables: Tables, setup: Setup, figures_dir: str | os.PathLike,
+                      title: str) -> dict | None:
+    """FedHydra Fig. 6b: draw Ū_r (classes × clients) of the first FedHydra run on ``setup``'s
+    2c/c clients (``fedhydra_fig6b_U_r.png``) and print the block check — for every client,
+    are its largest weights its own classes? Returns :func:`block_structure`'s dict (None
+    without FedHydra)."""
+    key = hydra_key(tables)
+    if key is None:
+        print("FedHydra did not run: no Ū_r")
+        return None
+    U_r = tables.result(key).extras["U_r"]
+    fig = plot_heatmap(U_r, title, "client", "class",
+                       yticklabels=list(setup.dataset.classes) or None)
+    save_figure(fig, figures_dir, "fedhydra_fig6b_U_r")
+    counts = setup.partition.counts
+    check = block_structure(U_r, counts)
+    m = len(counts)
+    owners = {k: [j for j in range(len(U_r)) if counts[k][j] > 0] for k in range(m)}
+    print("client → its classes:", owners)
+    print("per client, its top weights are its own classes:", check["client_top_are_own"])
+    print("per class, the largest weight is on its owner:", check["class_argmax_is_owner"])
+    print("weight on the owner per class:", [round(w, 3) for w in check["owner_weight"]])
+    print(f"Ū_r BLOCK-STRUCTURED: {check['block_structured']} "
+          f"({sum(check['client_top_are_own'])}/{m} clients, "
+          f"{sum(check['class_argmax_is_owner'])}/{len(U_r)} classes)")
+    return check
+
+
+def fig7_curves(tables: Tables, figures_dir: str | os.PathLike, title: str) -> dict:
+    """FedHydra Fig. 7: the server model's test accuracy per distillation epoch of every method
+    of the first run (FedAvg has none), saved as ``fig7_curves.png``; returns the curves."""
+    curves = {k: v.curve for (i, k), v in tables.results.items() if i == 0 and v.curve}
+    save_figure(plot_curves(curves, title), figures_dir, "fig7_curves")
+    return curves
+
+
+def fig8_ae_vs_sa(tables: Tables, *, strat_steps: int, strat_batch_size: int,
+                  classes_per_client: int, figures_dir: str | os.PathLike,
+                  title: str) -> pd.DataFrame:
+    """FedHydra Fig. 8: the averaging ensemble (AE, mean logits) vs the stratified-aggregation
+    ensemble (SA) on real test data. Every Dirichlet setup of ``tables`` is stratified here
+    (same steps and batch as FedHydra's, seed = the setup's); the 2c/c cells come from
+    FedHydra's own result extras (one per 2c/c run). Prints and returns the mean over seeds per
+    setting (with ``SA − AE``) and saves ``fig8_ae_vs_sa.png``."""
+    rows = []
+    for s in tables.setups:
+        if not s.cfg.partition.startswith("dirichlet"):
+            continue
+        models = [build_from_upload(u, s.device) for u in s.uploads]
+        ds = s.dataset
+        st = stratify(models, ds.num_classes, ds.channels, ds.image_size, steps=strat_steps,
+                      batch_size=strat_batch_size, seed=s.cfg.seed, device=s.device)
+        sa = s.context().evaluate(SAEnsemble(models, st.U_r, st.U_c))
+        rows.append({"setting": f"α={s.cfg.alpha}", "seed": s.cfg.seed, "AE": s.ensemble_acc,
+                     "SA": sa})
+    key = hydra_key(tables)
+    if key is not None:
+        rows += [{"setting": f"{classes_per_client}c/c", "AE": res.extras["mean_ensemble_acc"],
+                  "SA": res.extras["sa_ensemble_acc"]}
+                 for (_, k), res in tables.results.items() if k == key]
+    fig8 = pd.DataFrame(rows).groupby("setting", sort=False)[["AE", "SA"]].mean()
+    fig8["SA − AE"] = fig8["SA"] - fig8["AE"]
+    print(fig8.round(2).to_string())
+    save_figure(plot_grouped_bars(fig8[["AE", "SA"]].to_dict("index"), title), figures_dir,
+                "fig8_ae_vs_sa")
+    return fig8
+
+
+def verdicts(tables: Tables, fig8: pd.DataFrame, sa_rescale: Sequence[bool]) -> pd.DataFrame:
+    """The notebook's printed verdicts: does SA beat AE (FedHydra Fig. 8), and does FedHydra
+    (each ``sa_rescale``) beat DENSE on the same 2c/c clients (FedHydra Table 2)? Returns the
+    mean last/best accuracy per (method, preset)."""
+    wins = int((fig8["SA − AE"] > 0).sum())
+    print(f"SA ensemble beats the mean (AE) ensemble in {wins}/{len(fig8)} settings: "
+          + "; ".join(f"{k}: SA {r.SA:.2f} vs AE {r.AE:.2f} ({r['SA − AE']:+.2f})"
+                      for k, r in fig8.iterrows()))
+    summary = tables.frame().groupby(["method", "preset"])[["last_acc", "best_acc"]].mean()
+    print(summary.round(2).to_string())
+    if ("dense", "paper") not in summary.index:
+        return summary
+    d = summary.loc[("dense", "paper")]
+    for rescale in sa_rescale:
+        if ("fedhydra", hydra_label(rescale)) not in summary.index:
+            continue
+        h = summary.loc[("fedhydra", hydra_label(rescale))]
+        verdict = "BEATS" if h.last_acc > d.last_acc else "does NOT beat"
+        print(f"FedHydra (sa_rescale={rescale}) {verdict} DENSE on the same 2c/c clients: "
+              f"last {h.last_acc:.2f} vs {d.last_acc:.2f} ({h.last_acc - d.last_acc:+.2f}), "
+              f"best {h.best_acc:.2f} vs {d.best_acc:.2f} ({h.best_acc - d.best_acc:+.2f})")
+    return summary
+
+
+__all__ = ["fig6b_block_check", "fig7_curves", "fig8_ae_vs_sa", "hydra_key", "hydra_label",
+           "verdicts"]
