@@ -85,6 +85,9 @@ def fedcvae_tiny() -> dict:
 
     return {"ds": ds, "part": part, "cfg": cfg, "uploads": uploads, "x_test": xte,
             "y_test": yte, "context": context}
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread for a test module (``pytestmark = pytest.mark.usefixtures(...)``):
     tiny models only lose time to threading on a shared CPU, and exact-equality checks need a
