@@ -22,25 +22,19 @@ import os
 import sys
 import time
 
-from ofl_core.executors import (
-    EXECUTORS,
-    ExecutorConfig,
-    MissingDependencyError,
-    NoGpuError,
-    job_script,
-    load_config_file,
-    make_config,
-    make_specs,
-    run_grid,
-    spec_finished,
-)
-from ofl_core.runner import (
+from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
+from ofl_core.batch.gpus import NoGpuError
+from ofl_core.batch.grid import make_specs, run_grid
+from ofl_core.batch.jobs import job_script
+from ofl_core.batch.optional import MissingDependencyError
+from ofl_core.batch.report import build_report
+from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
-    build_report,
     check_parameters,
     list_notebooks,
     load_grid,
+    spec_finished,
 )
 
 FULL_GRID = NOTEBOOK_DIR / "grids" / "full"

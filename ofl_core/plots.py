@@ -1,4 +1,4 @@
-"""The notebooks' figures (matplotlib; no global style changes)."""
+"""The notebooks' figures (seaborn on matplotlib axes; no global style changes)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.figure import Figure
 
 
@@ -59,27 +60,50 @@ def plot_partitions(partitions: Mapping[str, np.ndarray],
     return fig
 
 
+def _legend_outside(ax: plt.Axes) -> None:
+    """The legend to the right of the axes, where it covers no data."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def _bars(ax: plt.Axes, long: pd.DataFrame, x: str, order: Sequence[str],
+          hue_order: Sequence[str], palette: Mapping[str, str] | None = None) -> None:
+    """Grouped bars (seaborn) of a long frame with columns ``x``, ``series`` and ``value``:
+    one bar per ``x`` × series, a missing value drawn as an empty bar marked "n/a"; the legend
+    to the right of the axes, where it covers no bar."""
+    full = pd.MultiIndex.from_product([order, hue_order], names=[x, "series"])
+    long = long.set_index([x, "series"])["value"].reindex(full).reset_index()
+    missing = long["value"].isna().to_numpy()
+    sns.barplot(long.fillna({"value": 0.0}), x=x, y="value", hue="series", order=order,
+                hue_order=hue_order, palette=palette, errorbar=None, legend=False, ax=ax)
+    for container, name in zip(ax.containers, hue_order, strict=True):
+        container.set_label(name)
+        for bar, pos in zip(container, np.arange(len(order)), strict=True):
+            if missing[pos * len(hue_order) + hue_order.index(name)]:
+                ax.text(bar.get_x() + bar.get_width() / 2, 1, "n/a", ha="center",
+                        va="bottom", fontsize=7, rotation=90)
+    _legend_outside(ax)
+
+
 def plot_paper_vs_ours(table: pd.DataFrame, title: str = "") -> Figure:
     """Grouped bars per method: the paper's number and ours (last and best epoch)."""
     t = table.copy()
     t["label"] = t["method"] + np.where(t["preset"] != "paper", " (" + t["preset"] + ")", "")
     if t["alpha"].nunique() > 1:
         t["label"] = t["label"] + " α=" + t["alpha"].astype(str)
-    x = np.arange(len(t))
+    rows = [str(i) for i in range(len(t))]  # one group per row, even where labels repeat
+    series = {"paper": "paper", "ours_last": "ours (last)", "ours_best": "ours (best)"}
+    long = pd.DataFrame([(r, name, v) for col, name in series.items()
+                         for r, v in zip(rows, t[col], strict=True)],
+                        columns=["row", "series", "value"])
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(t)), 3.4))
-    w = 0.27
-    ax.bar(x - w, t["paper"].fillna(0), w, label="paper", color="0.6")
-    ax.bar(x, t["ours_last"], w, label="ours (last)", color="tab:blue")
-    ax.bar(x + w, t["ours_best"], w, label="ours (best)", color="tab:cyan")
-    for xi, p in zip(x, t["paper"], strict=True):
-        if pd.isna(p):
-            ax.text(xi - w, 1, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.set_xticks(x)
+    _bars(ax, long, "row", rows, list(series.values()),
+          {"paper": "0.6", "ours (last)": "tab:blue", "ours (best)": "tab:cyan"})
+    ax.set_xticks(range(len(t)))
     ax.set_xticklabels(t["label"], rotation=30, ha="right", fontsize=8)
+    ax.set_xlabel("")
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(0, 100)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -87,13 +111,16 @@ def plot_paper_vs_ours(table: pd.DataFrame, title: str = "") -> Figure:
 def plot_curves(curves: Mapping[str, Sequence[float]], title: str = "",
                 ylabel: str = "test accuracy (%)") -> Figure:
     """Test-accuracy curves over server epochs, one line per label."""
+    long = pd.DataFrame([(label, e, float(v)) for label, c in curves.items()
+                         for e, v in enumerate(c, 1)], columns=["label", "epoch", "value"])
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    for label, c in curves.items():
-        ax.plot(range(1, len(c) + 1), c, label=label)
+    if not long.empty:
+        sns.lineplot(long, x="epoch", y="value", hue="label", hue_order=list(curves),
+                     estimator=None, ax=ax)
+        _legend_outside(ax)
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -127,19 +154,12 @@ def plot_heatmap(matrix: np.ndarray, title: str = "", xlabel: str = "", ylabel: 
     a = np.asarray(matrix, dtype=float)
     rows, cols = a.shape
     fig, ax = plt.subplots(figsize=(1.2 + 0.6 * cols, 0.8 + 0.4 * rows))
-    im = ax.imshow(a, cmap=cmap, aspect="auto")
-    fig.colorbar(im, ax=ax, fraction=0.05)
-    ax.set_xticks(range(cols))
-    ax.set_yticks(range(rows))
-    if xticklabels is not None:
-        ax.set_xticklabels(xticklabels, fontsize=8)
-    if yticklabels is not None:
-        ax.set_yticklabels(yticklabels, fontsize=8)
-    if annotate and a.size <= 400:
-        mid = np.nanmin(a) + 0.5 * (np.nanmax(a) - np.nanmin(a)) if a.size else 0.0
-        for (i, j), v in np.ndenumerate(a):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                    color="black" if v > mid else "white")
+    sns.heatmap(a, cmap=cmap, annot=annotate and a.size <= 400, fmt=".2f",
+                annot_kws={"fontsize": 6}, cbar_kws={"fraction": 0.05}, ax=ax,
+                xticklabels=list(xticklabels) if xticklabels is not None else True,
+                yticklabels=list(yticklabels) if yticklabels is not None else True)
+    ax.tick_params(labelsize=8)
+    ax.tick_params(axis="y", labelrotation=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
@@ -157,11 +177,13 @@ def plot_histograms(values: Mapping[str, Sequence[float]], title: str = "", xlab
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for label, a in arrays.items():
         if a.size:
-            ax.hist(a, bins=edges, density=True, alpha=0.5, label=f"{label} (n={a.size})")
+            sns.histplot(a, bins=edges, stat="density", alpha=0.5, linewidth=0,
+                         color=f"C{list(arrays).index(label) % 10}",
+                         label=f"{label} (n={a.size})", ax=ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -170,25 +192,30 @@ def plot_grouped_bars(values: Mapping[str, Mapping[str, float]], title: str = ""
                       ylabel: str = "test accuracy (%)", ylim: tuple[float, float] | None = (0, 100)
                       ) -> Figure:
     """Grouped bars: ``values[group][series]`` (e.g. FedHydra Fig. 8: per data distribution,
-    the averaging ensemble vs stratified aggregation)."""
-    groups = list(values)
-    series = list(dict.fromkeys(s for g in groups for s in values[g]))
-    x = np.arange(len(groups))
-    w = 0.8 / max(len(series), 1)
+    the averaging ensemble vs stratified aggregation); a missing value is an empty bar, "n/a"."""
+    groups = [str(g) for g in values]
+    series = [str(s) for s in dict.fromkeys(s for g in values for s in values[g])]
+    long = pd.DataFrame([(str(g), str(s), float(v)) for g in values for s, v in values[g].items()],
+                        columns=["group", "series", "value"])
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(groups) * max(len(series), 1) / 2 + 2),
                                     3.4))
-    for i, s in enumerate(series):
-        ys = [values[g].get(s, np.nan) for g in groups]
-        ax.bar(x + (i - (len(series) - 1) / 2) * w, ys, w, label=s)
-    ax.set_xticks(x)
-    ax.set_xticklabels(groups, fontsize=8)
+    if series:
+        _bars(ax, long, "group", groups, series)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("")
     ax.set_ylabel(ylabel)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def _line_style(fmt: str) -> dict[str, str]:
+    """``linestyle`` and ``marker`` of a matplotlib format string such as ``"--s"``."""
+    style = next((ls for ls in ("--", "-.", "-", ":") if ls in fmt), "")
+    marker = fmt.replace(style, "", 1)
+    return {"linestyle": style or "none", "marker": marker or ""}
 
 
 def plot_accuracy_vs(
@@ -224,8 +251,10 @@ def plot_accuracy_vs(
             pts = part[[x, col]].dropna()
             if pts.empty:
                 continue
-            ax.plot(pts[x].astype(float), pts[col].astype(float), styles[j % len(styles)],
-                    color=colours[i % len(colours)], label=f"{name} ({suffix})", ms=4)
+            sns.lineplot(x=pts[x].astype(float).to_numpy(), y=pts[col].astype(float).to_numpy(),
+                         color=colours[i % len(colours)], label=f"{name} ({suffix})",
+                         markersize=4, estimator=None, sort=False, legend=False, ax=ax,
+                         **_line_style(styles[j % len(styles)]))
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel or x)

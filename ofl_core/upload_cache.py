@@ -6,16 +6,17 @@ state). Files are written atomically (temp file + ``os.replace``), so a crash or
 leaves a half-written entry under the final name, and read back with ``weights_only=True``. A
 corrupt or unreadable entry is treated as missing (and retrained), never trusted.
 
-The cache root is the ``root`` argument, else ``$OFL_CACHE_DIR``, else ``~/.cache/ofl/clients``.
+The cache root is the ``root`` argument, else ``$OFL_CACHE_DIR``, else ``~/.cache/ofl/clients``
+(platformdirs' user cache folder, ``ofl/clients``, on other systems).
 
 Concurrent tasks (``run_all.py --jobs N``, Dask, SLURM arrays) share one cache: hold
 :meth:`UploadCache.lock_many` (or :func:`cache_lock`) around "look up → train the missing →
 put" and two tasks needing the same clients train them once; the second waits, then loads them.
-The lock is an advisory ``fcntl.flock`` on ``<key>.lock`` beside the entry (released by the OS
-if the holder dies), taken in sorted key order (no deadlock between tasks with overlapping
-clients), re-entrant within a thread. Where the filesystem has no ``flock`` (Windows; Lustre
-mounted without ``-o flock``) the lock degrades to a no-op with a warning: entries stay whole
-(atomic writes), a client may just be trained twice.
+The lock is a :class:`filelock.FileLock` (``flock`` on Unix, ``msvcrt`` locking on Windows) on
+``<key>.lock`` beside the entry (released by the OS if the holder dies), taken in sorted key
+order (no deadlock between tasks with overlapping clients), re-entrant within a thread. Where
+the filesystem has no locks (Lustre mounted without ``-o flock``) the lock degrades to a no-op
+with a warning: entries stay whole (atomic writes), a client may just be trained twice.
 """
 
 from __future__ import annotations
@@ -23,26 +24,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import inspect
 import json
 import os
-import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import platformdirs
 import torch
-
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; the cache is still safe, only not "train once"
-    fcntl = None  # type: ignore[assignment]
+from filelock import FileLock
 
 CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
+    """``$OFL_CACHE_DIR``, else ``<user cache dir>/ofl/clients`` (``~/.cache/ofl/clients`` on
+    Linux; platformdirs' cache folder elsewhere)."""
     env = os.environ.get("OFL_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ofl" / "clients"
+    return Path(env).expanduser() if env else platformdirs.user_cache_path("ofl") / "clients"
 
 
 def payload_key(payload: dict) -> str:
@@ -132,53 +132,38 @@ def cache_lock(
     return cache.lock_many(payloads) if cache is not None else contextlib.nullcontext()
 
 
-class _HeldLock:
-    """One lock file as held by this process: a per-path RLock (threads of this process;
-    re-entry from the holding thread) plus the ``flock`` of the outermost holder."""
-
-    def __init__(self) -> None:
-        self.rlock = threading.RLock()
-        self.depth = 0
-        self.fd: int | None = None
-
-
-_HELD: dict[str, _HeldLock] = {}
-_HELD_GUARD = threading.Lock()
-_warned_no_flock = False
+#: errnos of a filesystem without working locks (Lustre without ``-o flock``, some NFS mounts)
+_NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+#: ``is_singleton`` (filelock ≥ 3.13): one lock object per path, so re-entry from the holding
+#: thread through another :class:`UploadCache` counts up instead of deadlocking. Newer filelock
+#: switches to a marker-file lock where ``flock`` answers ENOSYS; a crashed holder's marker would
+#: then block every later task, so that switch is turned off: no lock, with a warning, instead.
+_LOCK_KWARGS: dict = {"is_singleton": True}
+if "fallback_to_soft" in inspect.signature(FileLock.__init__).parameters:
+    _LOCK_KWARGS["fallback_to_soft"] = False
+_warned_no_lock = False
 
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    with _HELD_GUARD:
-        held = _HELD.setdefault(str(path), _HeldLock())
-    with held.rlock:
-        if held.depth == 0:
-            held.fd = _flock(path)
-        held.depth += 1
-        try:
-            yield
-        finally:
-            held.depth -= 1
-            if held.depth == 0 and held.fd is not None:
-                os.close(held.fd)  # closing the descriptor releases the flock
-                held.fd = None
-
-
-def _flock(path: Path) -> int | None:
-    """Open ``path`` and take an exclusive ``flock`` on it (blocking); None where unsupported."""
-    global _warned_no_flock
-    if fcntl is None:
-        return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    """Hold ``path``'s exclusive lock: one :class:`filelock.FileLock` per path and process
+    (``is_singleton``: re-entrant in a thread through any :class:`UploadCache` on the same root;
+    thread-local, so other threads of this process wait like other processes do). Where the
+    filesystem has no locks, warn once and go on without it."""
+    global _warned_no_lock
+    lock = FileLock(path, **_LOCK_KWARGS)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError as e:
-        os.close(fd)
-        if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        lock.acquire()
+    except (OSError, NotImplementedError) as e:  # older filelock: NotImplementedError on ENOSYS
+        if isinstance(e, OSError) and e.errno not in _NO_LOCK_ERRNOS:
             raise
-        if not _warned_no_flock:
-            _warned_no_flock = True
-            warnings.warn(f"no file locks on {path.parent} ({e.strerror}); concurrent tasks "
-                          "may train the same client twice", stacklevel=3)
-        return None
-    return fd
+        if not _warned_no_lock:
+            _warned_no_lock = True
+            warnings.warn(f"no file locks on {path.parent} ({e}); concurrent tasks "
+                          "may train the same client twice", stacklevel=4)
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import papermill
 
-from ofl_core.runner import load_grid
+from ofl_core.batch.tasks import load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "reference"

@@ -12,15 +12,15 @@ import jupytext
 import pytest
 
 import run_all
-from ofl_core.results import read_records
-from ofl_core.runner import (
+from ofl_core.batch.execute import execute_task
+from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
     check_parameters,
-    execute_task,
     list_notebooks,
     load_grid,
 )
+from ofl_core.results import read_records
 
 GRIDS = NOTEBOOK_DIR / "grids"
 TINY = {t.notebook: t.parameters for t in load_grid(GRIDS / "tiny")}

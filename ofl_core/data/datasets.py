@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 import torch
 import torch.nn.functional as F
 
@@ -135,13 +136,14 @@ def _resize_uint8(x: torch.Tensor, size: int, chunk: int = 4096) -> torch.Tensor
 
 
 def default_data_root(data_root: str | os.PathLike | None = None) -> Path:
-    """The data root: the argument, else $OFL_DATA_ROOT, else ~/.cache/ofl/data."""
+    """The data root: the argument, else $OFL_DATA_ROOT, else ``<user cache dir>/ofl/data``
+    (``~/.cache/ofl/data`` on Linux; platformdirs' cache folder elsewhere)."""
     if data_root is not None:
         return Path(data_root).expanduser()
     env = os.environ.get("OFL_DATA_ROOT")
     if env:
         return Path(env).expanduser()
-    return Path.home() / ".cache" / "ofl" / "data"
+    return platformdirs.user_cache_path("ofl") / "data"
 
 
 def load_dataset(

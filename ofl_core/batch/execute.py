@@ -1,0 +1,196 @@
+"""Execute one task: papermill into ``<out>/runs/<notebook>/<run_id>.ipynb``, then the sidecar
+``<run_id>.json`` (written last, atomically), figures in the task's figures folder.
+
+:func:`run_task_spec` is what every executor runs on a worker. It skips a task that finished
+meanwhile (a retried or duplicated task never runs twice after it finished). Isolated tasks
+(every backend except ``local --jobs 1``) run in a child Python process
+(``python -m ofl_core.batch.execute --run-task``) with ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
+set to the task's thread count, its own GPUs (:mod:`ofl_core.batch.gpus`), and a wall-clock
+limit past which it is killed. A failing notebook, a dead kernel, a cell timeout or the task
+timeout marks the task failed with its reason; nothing here raises for a bad notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..results import read_records, write_json_atomic
+from . import gpus
+from .tasks import (
+    NOTEBOOK_DIR,
+    Task,
+    TaskResult,
+    TaskSpec,
+    result_from_dict,
+    result_to_dict,
+    spec_finished,
+    task_paths,
+)
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def execute_task(
+    task: Task, out: Path, figures_dir: Path, notebook_dir: Path = NOTEBOOK_DIR,
+    cell_timeout: float | None = None, kernel_name: str | None = None, log_output: bool = False,
+) -> TaskResult:
+    """Execute one task with papermill; never raises for a failing notebook."""
+    import papermill
+
+    run_id = task.run_id(notebook_dir)
+    nb_out, js_out = task_paths(out, task, run_id)
+    nb_out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = nb_out.with_name(f".{run_id}.{os.getpid()}.tmp.ipynb")
+    params = {**task.parameters, "figures_dir": str(figures_dir.resolve())}
+    t0 = time.perf_counter()
+    error = ""
+    try:
+        papermill.execute_notebook(
+            str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
+            kernel_name=kernel_name, progress_bar=False, log_output=log_output,
+            cwd=str(notebook_dir), execution_timeout=cell_timeout,
+        )
+    except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
+        error = _short_error(e)
+    secs = time.perf_counter() - t0
+    if error:
+        if tmp.exists():
+            os.replace(tmp, nb_out.with_name(f"{run_id}.failed.ipynb"))
+        return TaskResult(task, run_id, "failed", secs, error)
+    records = read_records(tmp)
+    os.replace(tmp, nb_out)
+    write_json_atomic(js_out, {
+        "status": "done", "notebook": task.notebook, "run_id": run_id,
+        "parameters": task.parameters, "seconds": round(secs, 2),
+        "records": [r.to_dict() for r in records],
+    })
+    return TaskResult(task, run_id, "done", secs, n_records=len(records))
+
+
+def _short_error(e: BaseException) -> str:
+    name = type(e).__name__
+    if name == "PapermillExecutionError":
+        return f"cell {getattr(e, 'exec_count', '?')}: {e.ename}: {e.evalue}"  # type: ignore
+    return "".join(traceback.format_exception_only(type(e), e)).strip()
+
+
+def run_task_spec(spec: TaskSpec) -> TaskResult:
+    """Run one task where this function is called (a worker); never raises for a bad notebook.
+
+    Skips a task that finished meanwhile (a retry, a duplicate). Isolated tasks run in a child
+    process with the task's thread count and GPUs, killed at ``task_timeout``.
+    """
+    if spec.resume and spec_finished(spec):
+        return TaskResult(spec.task, spec.run_id, "skipped")
+    if not spec.isolate:
+        return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
+                            Path(spec.notebook_dir), spec.cell_timeout)
+    try:
+        with gpus.GPU_POOL.take(spec.gpus) as devices:
+            return _run_in_child(spec, task_env(spec.threads, devices))
+    except gpus.NoGpuError as e:
+        return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+
+
+def task_env(threads: int | None, devices: Sequence[str] | None,
+             base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of a task's child process (and so of its notebook kernel)."""
+    env = dict(os.environ if base is None else base)
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    if threads is not None:
+        env.update({k: str(threads) for k in _THREAD_VARS})
+    if devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    return env
+
+
+def _run_in_child(spec: TaskSpec, env: dict[str, str]) -> TaskResult:
+    """Execute ``spec`` in ``python -m ofl_core.batch.execute``; kill it at ``task_timeout``.
+
+    The spec, the result and the child's (and its kernel's) output go through files, not pipes,
+    so nothing waits on a pipe that a lingering grandchild still holds open.
+    """
+    env = {**env, "OFL_TASK_PARENT_PID": str(os.getpid())}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ofl-task-") as tmp:
+        spec_file, result_file, log_file = (Path(tmp) / n for n in
+                                            ("spec.json", "result.json", "log.txt"))
+        spec_file.write_text(spec.to_json())
+        cmd = [sys.executable, "-m", "ofl_core.batch.execute", "--run-task", str(spec_file),
+               str(result_file)]
+        with open(log_file, "wb") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    env=env)
+            try:
+                proc.wait(timeout=spec.task_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # its kernel exits by itself once its parent is gone
+                proc.wait()
+                _keep_partial_notebook(spec, proc.pid)
+                return TaskResult(spec.task, spec.run_id, "failed", time.perf_counter() - t0,
+                                  f"timeout: the task ran past its limit of "
+                                  f"{spec.task_timeout:g} s (--task-timeout) and was killed")
+            except BaseException:
+                proc.kill()
+                raise
+        if result_file.is_file():
+            return result_from_dict(json.loads(result_file.read_text()))
+        lines = log_file.read_text(errors="replace").strip().splitlines()
+    _keep_partial_notebook(spec, proc.pid)
+    tail = " | ".join(ln for ln in lines[-3:])[-500:]
+    how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+           else f"exit status {proc.returncode}")
+    return TaskResult(spec.task, spec.run_id, "failed", time.perf_counter() - t0,
+                      f"the task process died ({how}): {tail or 'no output'}")
+
+
+def _keep_partial_notebook(spec: TaskSpec, pid: int) -> None:
+    """Move a killed child's half-written notebook to ``<run_id>.failed.ipynb``."""
+    nb_out, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
+    tmp = nb_out.with_name(f".{spec.run_id}.{pid}.tmp.ipynb")
+    if tmp.exists():
+        os.replace(tmp, nb_out.with_name(f"{spec.run_id}.failed.ipynb"))
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the process that started us dies (a killed dask worker or
+    run_all.py), so no task outlives its worker; the kernel then exits on its own."""
+    parent = int(os.environ.get("OFL_TASK_PARENT_PID", "0"))
+    if not sys.platform.startswith("linux") or not parent:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _child_main(spec_file: str, result_file: str) -> int:
+    """Entry point of a task's child process: read the spec, run it, write the result."""
+    _die_with_parent()
+    spec = TaskSpec.from_json(Path(spec_file).read_text())
+    res = execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
+                       Path(spec.notebook_dir), spec.cell_timeout)
+    tmp = Path(f"{result_file}.tmp")
+    tmp.write_text(json.dumps(result_to_dict(res)))
+    os.replace(tmp, result_file)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--run-task":
+        sys.exit(_child_main(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: python -m ofl_core.batch.execute --run-task SPEC.json RESULT.json")

@@ -1,0 +1,202 @@
+"""Tasks: one notebook with one parameter dict, its run id, its outputs, and the grids.
+
+A *task* is one notebook executed with one parameter dict. Its ``run_id`` is a stable hash of
+the notebook's cell sources and the parameters, so editing a notebook or changing a parameter
+makes a new task while re-running the same grid skips what already finished. A task writes,
+atomically, ``<out>/runs/<notebook>/<run_id>.ipynb`` (the executed notebook) and
+``<run_id>.json`` (its records plus the task's parameters and status): a task whose JSON exists
+and parses (and whose notebook is there) is finished. Figures go to
+``<out>/figures/<notebook>/``. A :class:`TaskSpec` is what a worker needs to run one task
+(:mod:`ofl_core.batch.execute`); :mod:`ofl_core.batch.grid` runs a grid of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+#: Parameters the runner sets itself (a grid may not override them).
+RUNNER_PARAMETERS = ("figures_dir",)
+
+
+@dataclass(frozen=True)
+class Task:
+    notebook: str
+    parameters: dict = field(default_factory=dict)
+
+    def run_id(self, notebook_dir: Path = NOTEBOOK_DIR) -> str:
+        return task_id(notebook_dir / f"{self.notebook}.ipynb", self.parameters)
+
+
+@dataclass
+class TaskResult:
+    task: Task
+    run_id: str
+    status: str  # "done" | "skipped" | "failed"
+    seconds: float = 0.0
+    error: str = ""
+    n_records: int = 0
+
+
+def notebook_source_hash(path: Path) -> str:
+    """Hash of a notebook's cell types and sources (outputs and metadata ignored)."""
+    nb = json.loads(path.read_text())
+    h = hashlib.sha256()
+    for c in nb.get("cells", []):
+        src = c.get("source", "")
+        h.update(c.get("cell_type", "").encode())
+        h.update(("".join(src) if isinstance(src, list) else src).encode())
+    return h.hexdigest()
+
+
+def task_id(notebook_path: Path, parameters: dict) -> str:
+    blob = json.dumps({"nb": notebook_path.stem, "src": notebook_source_hash(notebook_path),
+                       "params": parameters}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def list_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[str]:
+    """Notebook names (without .ipynb) in ``notebook_dir``, sorted; partitions first."""
+    names = sorted(p.stem for p in notebook_dir.glob("*.ipynb"))
+    return sorted(names, key=lambda n: (n != "partitions", n))
+
+
+def notebook_parameters(path: Path) -> dict:
+    """The notebook's ``parameters`` cell as papermill sees it (name → info dict)."""
+    import papermill
+
+    return papermill.inspect_notebook(str(path))
+
+
+def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
+    """Reject parameters the notebook does not declare, or that are not plain JSON."""
+    path = notebook_dir / f"{task.notebook}.ipynb"
+    if not path.is_file():
+        known = ", ".join(list_notebooks(notebook_dir))
+        raise ValueError(f"unknown notebook {task.notebook!r}; known: {known}")
+    known_params = notebook_parameters(path)
+    unknown = sorted(set(task.parameters) - set(known_params))
+    if unknown:
+        raise ValueError(
+            f"notebook {task.notebook!r} has no parameter(s) {unknown}; "
+            f"its parameters are: {', '.join(sorted(known_params))}"
+        )
+    reserved = sorted(set(task.parameters) & set(RUNNER_PARAMETERS))
+    if reserved:
+        raise ValueError(f"{task.notebook}: parameter(s) {reserved} are set by the runner")
+    try:
+        json.dumps(task.parameters, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{task.notebook}: parameters must be plain JSON values ({e})") from None
+
+
+def load_grid(path: str | os.PathLike) -> list[Task]:
+    """Tasks from a YAML grid: ``{notebook: [ {param: value, ...}, ... ]}``, or from every
+    ``*.yaml`` file of a folder (``notebooks/grids/full/`` holds one file per notebook).
+
+    An entry may also hold ``grid: {param: [v1, v2], ...}`` (with optional fixed keys beside
+    it), expanded to the Cartesian product.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return [t for f in sorted(p.glob("*.yaml")) for t in load_grid(f)]
+    return _load_grid_file(p)
+
+
+def _load_grid_file(path: Path) -> list[Task]:
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a grid file maps notebook names to lists of parameter dicts")
+    tasks = []
+    for nb, entries in data.items():
+        if entries is None:
+            entries = [{}]
+        if not isinstance(entries, list):
+            raise ValueError(f"{path}: {nb!r} must map to a list of parameter dicts")
+        for e in entries:
+            e = dict(e or {})
+            grid = e.pop("grid", None)
+            if grid:
+                keys = list(grid)
+                for combo in itertools.product(*(grid[k] for k in keys)):
+                    tasks.append(Task(nb, {**e, **dict(zip(keys, combo, strict=True))}))
+            else:
+                tasks.append(Task(nb, e))
+    return tasks
+
+
+def task_paths(out: Path, task: Task, run_id: str) -> tuple[Path, Path]:
+    """``(<out>/runs/<notebook>/<run_id>.ipynb, <run_id>.json)``: a task's two outputs."""
+    d = out / "runs" / task.notebook
+    return d / f"{run_id}.ipynb", d / f"{run_id}.json"
+
+
+def is_finished(out: Path, task: Task, run_id: str) -> bool:
+    """Whether the task finished: its sidecar JSON (written last, atomically) parses as a dict
+    with ``status: done``, and its executed notebook is there. Anything else is redone."""
+    nb, js = task_paths(out, task, run_id)
+    if not js.is_file() or not nb.is_file():
+        return False
+    try:
+        d = json.loads(js.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(d, dict) and d.get("status") == "done"
+
+
+def figures_dir_for(out: Path, task: Task, run_id: str, single: bool) -> Path:
+    base = out / "figures" / task.notebook
+    return base if single else base / run_id
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a worker needs to run one task (plain data; pickled to remote workers)."""
+
+    task: Task
+    run_id: str
+    out: str
+    figures_dir: str
+    notebook_dir: str = str(NOTEBOOK_DIR)
+    cell_timeout: float | None = None
+    task_timeout: float | None = None
+    threads: int | None = None
+    gpus: int = 0
+    isolate: bool = False
+    resume: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"{self.task.notebook} {self.run_id}"
+
+    def to_json(self) -> str:
+        return json.dumps({**dataclasses.asdict(self), "task": {
+            "notebook": self.task.notebook, "parameters": self.task.parameters}})
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskSpec:
+        d = json.loads(text)
+        return cls(**{**d, "task": Task(d["task"]["notebook"], d["task"]["parameters"])})
+
+
+def spec_finished(spec: TaskSpec) -> bool:
+    """Whether the task's sidecar is present and valid (and its notebook is there)."""
+    return is_finished(Path(spec.out), spec.task, spec.run_id)
+
+
+def result_to_dict(res: TaskResult) -> dict:
+    """A :class:`TaskResult` as plain JSON data."""
+    return {**dataclasses.asdict(res), "task": {"notebook": res.task.notebook,
+                                                "parameters": res.task.parameters}}
+
+
+def result_from_dict(d: dict) -> TaskResult:
+    return TaskResult(**{**d, "task": Task(d["task"]["notebook"], d["task"]["parameters"])})

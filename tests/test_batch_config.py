@@ -1,0 +1,42 @@
+"""Executor settings: parsing, validation, layering, and run_all.py's defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+import run_all
+from ofl_core.batch.config import ExecutorConfig, make_config, memory_gb, walltime_minutes
+
+
+def test_settings_parse_and_validate():
+    assert walltime_minutes("02:00:00") == 120
+    assert walltime_minutes("1-00:30") == 24 * 60 + 30
+    assert walltime_minutes("90") == 90 and walltime_minutes("1:30") == 2  # SLURM: MM:SS
+    assert walltime_minutes(2.5) == 3
+    assert memory_gb("32GB") == 32 and memory_gb("500MB") == 0.5
+    assert memory_gb("1GiB") == pytest.approx(1.073741824)
+    with pytest.raises(ValueError, match="walltime"):
+        ExecutorConfig(walltime="soon")
+    with pytest.raises(ValueError, match="does not go with"):
+        ExecutorConfig(executor="submitit", cluster="pbs")
+    with pytest.raises(ValueError, match="need --executor dask"):
+        ExecutorConfig(executor="local", scheduler_address="tcp://127.0.0.1:8786")
+    with pytest.raises(ValueError, match="unknown executor setting"):
+        make_config({"gpu_per_task": 1})
+    cfg = make_config({"executor": "dask", "job_directives": "--qos=high"}, {"jobs": 3})
+    assert cfg.jobs == 3 and cfg.job_directives == ("--qos=high",)
+
+
+def test_quick_defaults_to_one_notebook_per_core_and_grids_to_one(monkeypatch, tmp_path):
+    def jobs(argv: list[str]) -> int:
+        return run_all.executor_config(run_all.parse_args(argv)).jobs
+
+    monkeypatch.setattr(run_all.os, "cpu_count", lambda: 2)
+    assert jobs([]) == jobs(["--quick"]) == 2
+    assert jobs(["--quick", "--jobs", "1"]) == 1
+    assert jobs(["--full"]) == jobs(["--grid", "g.yaml"]) == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("jobs: 3\n")
+    assert jobs(["--quick", "--cluster-config", str(cfg)]) == 3  # a file's value wins
+    monkeypatch.setattr(run_all.os, "cpu_count", lambda: 64)
+    assert jobs(["--quick"]) == run_all.QUICK_JOBS_MAX

@@ -1,0 +1,96 @@
+"""Executing one task in a child process: a failing notebook, a dead kernel, a cell timeout
+and the task timeout mark that task failed (never the batch); threads and GPUs reach the
+kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ofl_core.batch import gpus
+from ofl_core.batch.config import ExecutorConfig
+from ofl_core.batch.gpus import GpuPool
+from ofl_core.batch.grid import run_grid
+from ofl_core.batch.tasks import Task, task_paths
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def probe_notebook(folder: Path) -> Path:
+    """A notebook that records its pid and environment, then behaves as ``mode`` says."""
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    params = nbformat.v4.new_code_cell(
+        'tag = "x"\nmode = "ok"\nseconds = 0.0\nprobe_dir = "."\nfigures_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "import json, os, pathlib, time\n"
+        "pathlib.Path(probe_dir, tag + '.json').write_text(json.dumps({\n"
+        "    'pid': os.getpid(), 'omp': os.environ.get('OMP_NUM_THREADS'),\n"
+        "    'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')}))\n"
+        "if mode == 'raise':\n    raise ValueError('boom')\n"
+        "if mode == 'die':\n    os._exit(3)\n"
+        "time.sleep(seconds)")
+    nb.cells = [params, body]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / "probe.ipynb")
+    return folder
+
+
+def process_gone(pid: int, wait: float = 10.0) -> bool:
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+def test_local_pool_marks_exception_dead_kernel_and_timeout_failed(tmp_path, monkeypatch):
+    nbdir = probe_notebook(tmp_path / "nbs")
+    probes = tmp_path / "probes"
+    probes.mkdir()
+
+    def task(tag: str, mode: str = "ok", seconds: float = 0.0) -> Task:
+        return Task("probe", {"tag": tag, "mode": mode, "seconds": seconds,
+                              "probe_dir": str(probes)})
+
+    tasks = [task("slow", seconds=120), task("ok"), task("boom", "raise"), task("die", "die")]
+    monkeypatch.setattr(gpus, "GPU_POOL", GpuPool(["3", "5"]))  # two fake GPUs
+    cfg = ExecutorConfig(jobs=2, task_timeout=15, gpus_per_task=1)
+    out = tmp_path / "out"
+    res = {r.task.parameters["tag"]: r for r in run_grid(tasks, out, cfg, nbdir, log=False)}
+
+    assert res["ok"].status == "done", res["ok"].error
+    assert res["boom"].status == "failed" and "ValueError: boom" in res["boom"].error
+    assert res["die"].status == "failed" and "DeadKernelError" in res["die"].error
+    assert res["slow"].status == "failed" and res["slow"].error.startswith("timeout")
+    seen = {t: json.loads((probes / f"{t}.json").read_text()) for t in res}
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    assert {s["omp"] for s in seen.values()} == {threads}  # OMP_NUM_THREADS reached the kernel
+    assert seen["slow"]["cuda"] in ("3", "5") and seen["ok"]["cuda"] in ("3", "5")
+    assert seen["slow"]["cuda"] != seen["ok"]["cuda"]  # concurrent tasks: their own GPU each
+    if sys.platform.startswith("linux"):
+        assert process_gone(seen["slow"]["pid"]), "the timed-out task's kernel survived"
+    nb_out, js = task_paths(out, tasks[0], res["slow"].run_id)
+    assert not js.exists() and nb_out.with_name(f"{res['slow'].run_id}.failed.ipynb").exists()
+    assert not list(out.rglob(".*.tmp*")), "no temp files left behind"
+
+
+@pytest.mark.slow
+def test_inline_cell_timeout_marks_the_task_failed(tmp_path):
+    nbdir = probe_notebook(tmp_path / "nbs")
+    t = Task("probe", {"tag": "s", "seconds": 60, "probe_dir": str(tmp_path)})
+    (r,) = run_grid([t], tmp_path / "out", ExecutorConfig(cell_timeout=2), nbdir, log=False)
+    assert r.status == "failed" and "CellTimeoutError" in r.error, r.error

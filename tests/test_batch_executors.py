@@ -1,0 +1,132 @@
+"""Executors of run_all.py: inline, local pool, Dask (LocalCluster on 127.0.0.1), submitit
+(local backend), a missing optional dependency, resume. No GPU, no SLURM needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import run_all
+from ofl_core.batch.config import ExecutorConfig
+from ofl_core.batch.executors import InlineExecutor, LocalPoolExecutor, make_executor
+from ofl_core.batch.grid import run_grid
+from ofl_core.batch.optional import MissingDependencyError
+from ofl_core.batch.tasks import Task, TaskSpec, task_paths
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+#: the cheapest real notebook at tiny settings (no client training; a few seconds)
+TINY_PARTITIONS = {"fedcvae_alphas": [0.01]}
+
+
+def partitions_tasks(n: int) -> list[Task]:
+    return [Task("partitions", {**TINY_PARTITIONS, "alphas": [a]})
+            for a in (0.1, 0.2, 0.3, 0.5)[:n]]
+
+
+def write_grid(path: Path, tasks: list[Task]) -> Path:
+    by_nb: dict[str, list[dict]] = {}
+    for t in tasks:
+        by_nb.setdefault(t.notebook, []).append(t.parameters)
+    path.write_text(json.dumps(by_nb))
+    return path
+
+
+def test_local_jobs1_is_inline_and_jobs_n_limits_threads():
+    assert isinstance(make_executor(ExecutorConfig()), InlineExecutor)
+    assert not ExecutorConfig().isolate and ExecutorConfig().threads() is None
+    pool = make_executor(ExecutorConfig(jobs=2))
+    assert isinstance(pool, LocalPoolExecutor)
+    pool.shutdown()
+    assert ExecutorConfig(jobs=2).threads() == max(1, (os.cpu_count() or 1) // 2)
+    assert ExecutorConfig(jobs=2, threads_per_task=3).threads() == 3
+    assert ExecutorConfig(executor="submitit", cores=6).threads() == 6
+    # a 4-GPU, 16-core dask-jobqueue job runs 4 one-GPU tasks with 4 threads each
+    assert ExecutorConfig(executor="dask", cluster="slurm", cores=16, gpus_per_task=1,
+                          gpus_per_job=4).threads() == 4
+    spec = TaskSpec(Task("partitions", {"alphas": [0.1]}), "abc", "/o", "/o/f", threads=2)
+    assert TaskSpec.from_json(spec.to_json()) == spec
+
+
+def test_missing_optional_dependency_is_one_clear_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[cluster\]'"):
+        make_executor(ExecutorConfig(executor="dask"))
+    grid = write_grid(tmp_path / "g.json", partitions_tasks(1))
+    rc = run_all.main(["--grid", str(grid), "--out", str(tmp_path), "--executor", "dask"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "pip install -e '.[cluster]'" in err, err
+
+
+def kill_a_busy_worker(client, killed: list[str]) -> None:
+    """SIGKILL the process of a worker that is in the middle of a task."""
+    deadline = time.time() + 120
+    while time.time() < deadline and not killed:
+        busy = [w for w, keys in client.processing().items() if keys]
+        if busy:
+            time.sleep(1.5)  # let its task's child process and kernel start
+            busy = [w for w, keys in client.processing().items() if keys]
+            if busy:
+                pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(busy[0])
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_runs_grid_survives_a_killed_worker_and_resumes(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    tasks = partitions_tasks(4)
+    out = tmp_path / "out"
+    cfg = ExecutorConfig(executor="dask", jobs=2, retries=2)
+    ex = make_executor(cfg, out)
+    assert all(a.startswith("tcp://127.0.0.1:") for a in ex.client.scheduler_info()["workers"])
+    killed: list[str] = []
+    killer = threading.Thread(target=kill_a_busy_worker, args=(ex.client, killed), daemon=True)
+    killer.start()
+    try:
+        results = run_grid(tasks, out, cfg, executor=ex)
+    finally:
+        ex.shutdown()
+    killer.join(5)
+    assert killed, "no worker was killed mid-task"
+    assert [r.status for r in results] == ["done"] * 4, [r.error for r in results]
+    for r in results:
+        nb, js = task_paths(out.resolve(), r.task, r.run_id)
+        assert nb.is_file() and json.loads(js.read_text())["status"] == "done"
+
+    grid = write_grid(tmp_path / "grid.json", tasks)
+    capsys.readouterr()
+    rc = run_all.main(["--grid", str(grid), "--out", str(out), "--executor", "dask",
+                       "--jobs", "2"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "4 tasks: 0 ran, 4 skipped (already done), 0 failed" in text, text
+
+
+@pytest.mark.slow
+def test_submitit_local_backend_runs_two_tasks_and_redoes_a_half_written_one(tmp_path, capsys):
+    pytest.importorskip("submitit")
+    tasks = partitions_tasks(2)
+    out = tmp_path / "out"
+    rid = tasks[1].run_id()
+    nb, js = task_paths(out, tasks[1], rid)
+    nb.parent.mkdir(parents=True)
+    nb.write_text("")  # a half-written task: truncated sidecar, empty notebook
+    js.write_text('{"status": "do')
+    grid = write_grid(tmp_path / "grid.json", tasks)
+    conf = tmp_path / "cluster.yaml"
+    conf.write_text("cluster: local\npoll-seconds: 0.5\nwalltime: '00:10:00'\n")
+    rc = run_all.main(["--grid", str(grid), "--out", str(out), "--executor", "submitit",
+                       "--cluster-config", str(conf)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "2 tasks: 2 ran, 0 skipped (already done), 0 failed" in text, text
+    assert json.loads(js.read_text())["status"] == "done"
+    assert list((out / "submitit").rglob("*_result.pkl")), "ran through submitit jobs"
