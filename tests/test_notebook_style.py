@@ -14,7 +14,7 @@ import ast
 import jupytext
 import pytest
 
-from ofl_core.runner import NOTEBOOK_DIR
+from ofl_core.batch.tasks import NOTEBOOK_DIR
 
 MAX_CODE_CELLS = 10
 MAX_CELL_LINES = 25
