@@ -188,3 +188,19 @@ def test_config_checks_name_the_field_and_what_to_change():
         LocalTrainConfig(optimizer="rmsprop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="preset must be one of"):
         LocalTrainConfig(preset="code")
+
+
+def test_one_driver_refuses_mixed_or_unknown_client_kinds(tiny_dataset):
+    from ofl_core.client_training import CLASSIFIER, DECODER, client_kind
+    from ofl_core.fedcvae.clients import CVAETrainConfig
+
+    part = make_partition(tiny_dataset.y_train.numpy(), 2, "iid", seed=0)
+    assert client_kind(LocalTrainConfig()) is CLASSIFIER
+    assert client_kind(CVAETrainConfig()) is DECODER
+    with pytest.raises(ValueError, match="must all be classifiers or all CVAEs"):
+        train_clients(tiny_dataset, part, [LocalTrainConfig(), CVAETrainConfig()], seed=0,
+                      workers=1, progress=False)
+    with pytest.raises(TypeError, match="LocalTrainConfig or a CVAETrainConfig"):
+        train_clients(tiny_dataset, part, {"epochs": 1}, seed=0, workers=1, progress=False)
+    with pytest.raises(ValueError, match="needs 32-px images"):  # decoders: 28-px data refused
+        train_clients(tiny_dataset, part, CVAETrainConfig(), seed=0, workers=1, progress=False)
