@@ -160,15 +160,18 @@ def run_tables(runs: Sequence[Run], *, verbose: bool = True,
             key = (skey, name, repr(cfg), run.rounds)
             if key not in done:
                 done[key] = _execute(setup, run, name, cfg)
+                for rec, _ in done[key] if verbose else ():
+                    print(f"  {rec.method:16s} {label or rec.preset:22s} {rec.setting:24s} "
+                          f"last {rec.last_acc:6.2f}  best {rec.best_acc:6.2f}  "
+                          f"({rec.wall_time_s:.1f} s)")
             for rec, res in done[key]:
-                rec = rec if label is None else dataclasses.replace(rec, preset=label)
+                # a shared run carries this run's labels (one-shot: its setting too)
+                rec = dataclasses.replace(
+                    rec, experiment=exp.experiment, preset=label or rec.preset,
+                    setting=exp.setting if run.rounds == 0 else rec.setting)
                 recs.append(rec)
                 suffix = "" if label is None else f" ({label})"
                 out.results.setdefault((i, rec.method + suffix), res)
-                if verbose:
-                    print(f"  {rec.method:16s} {rec.preset:22s} {rec.setting:24s} "
-                          f"last {rec.last_acc:6.2f}  best {rec.best_acc:6.2f}  "
-                          f"({rec.wall_time_s:.1f} s)")
         if run.client_rows is not None:
             recs = client_records(setup, setting=run.client_rows) + recs
         local = {r.method for r in recs if r.method.startswith("local-")}
@@ -195,11 +198,6 @@ def server_settings(**sizes: Any) -> dict[str, Any]:
     return {k: v for k, v in sizes.items() if v is not None}
 
 
-def records_by(tables: Tables, **where: Any) -> list[ResultRecord]:
-    """Records whose fields equal ``where`` (e.g. ``paper="dense", table="T1"``)."""
-    return [r for r in tables.records if all(getattr(r, k) == v for k, v in where.items())]
-
-
-__all__ = ["MethodSpec", "Run", "Serves", "Tables", "records_by", "run_tables",
+__all__ = ["MethodSpec", "Run", "Serves", "Tables", "run_tables",
            "server_settings"]
 
