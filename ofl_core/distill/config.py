@@ -68,6 +68,23 @@ class GeneratorConfig(DistillConfig):
     def __post_init__(self) -> None:
         check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr",))
 
+@dataclass(frozen=True)
+class SynthesisConfig(GeneratorConfig):
+    """:class:`GeneratorConfig` + what DENSE and FedHydra share: the generator loss's weights
+    (DENSE Eq. 5, FedHydra Eq. 16: L_gen = ``ce_weight``·CE + λ1·L_BN + λ2·L_adv with λ1 =
+    ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5) and the student's KD batch
+    ``kd_batch_size`` = 128 (distillation from the synthetic pool)."""
+
+    kd_batch_size: int = 128
+    ce_weight: float = 1.0
+    bn_weight: float = 1.0
+    adv_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_distill_config(self, counts=("kd_batch_size", "nz", "ngf"), positive=("g_lr",),
+                             nonnegative=("ce_weight", "bn_weight", "adv_weight"))
+
+
 SWITCH = (True, False, "auto")
 
 

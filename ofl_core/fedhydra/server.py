@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..clients import ClientUpload
 from ..combine import Ensemble
-from ..distill.config import GeneratorConfig, check_distill_config
+from ..distill.config import SynthesisConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
@@ -44,7 +44,7 @@ KD_DATA = ("intermediate", "fresh", "pool")
 
 
 @dataclass(frozen=True)
-class FedHydraConfig(GeneratorConfig):
+class FedHydraConfig(SynthesisConfig):
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
     Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
@@ -77,10 +77,6 @@ class FedHydraConfig(GeneratorConfig):
     ``amp`` (bfloat16 autocast, off by default).
     """
 
-    kd_batch_size: int = 128
-    ce_weight: float = 1.0
-    bn_weight: float = 1.0
-    adv_weight: float = 0.5
     kd_ce_weight: float = 1.0
     sa_rescale: bool = False
     sa_space: Literal["logits", "probs"] = "logits"

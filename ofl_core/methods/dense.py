@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..clients import ClientUpload
-from ..distill.config import GeneratorConfig, check_distill_config
+from ..distill.config import SynthesisConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward, reinit_generator
 from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
@@ -33,7 +33,7 @@ ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig(GeneratorConfig):
+class DenseConfig(SynthesisConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -71,11 +71,7 @@ class DenseConfig(GeneratorConfig):
     by default).
     """
 
-    kd_batch_size: int = 128
     kd_temperature: float = 1.0
-    ce_weight: float = 1.0
-    bn_weight: float = 1.0
-    adv_weight: float = 0.5
     reinit_generator: bool = False
     optimize_z: bool = False
     sorted_labels: bool = False
