@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,19 @@ def resolve_workers(workers: int | str, device: str | torch.device, jobs: int,
     return min(w, max(jobs, 1))
 
 
+UNGUARDED_SCRIPT = (
+    "clients train in worker processes that re-import your script: put the script's code "
+    "under `if __name__ == \"__main__\":`, or pass workers=1")
+
+
+def refuse_in_starting_worker() -> None:
+    """Fail at once, with the fix, when a worker process that is still starting up re-runs an
+    unguarded script's call: it would otherwise wait forever on the cache lock its parent holds
+    (the parent then reports the broken pool)."""
+    if getattr(mp.current_process(), "_inheriting", False):  # set while a child bootstraps
+        raise RuntimeError(UNGUARDED_SCRIPT)
+
+
 def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int) -> State:
     torch.set_num_threads(threads)
     return train(job)
@@ -167,6 +181,7 @@ def train_clients(
     architectures or CVAEs), all of one kind. ``init_state`` (multi-round FL, classifier
     clients) starts every client from that model, in this process.
     """
+    refuse_in_starting_worker()
     m = partition.num_clients
     cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
     if len(cfgs) != m:
@@ -197,10 +212,14 @@ def train_clients(
 
         if n_workers > 1:
             threads = max(1, torch.get_num_threads() // n_workers)
-            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-                futs = {k: ex.submit(_in_worker, kind.train, jobs[k], threads) for k in todo}
-                for k, fut in futs.items():
-                    finish(k, fut.result())
+            try:
+                with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+                    futs = {k: ex.submit(_in_worker, kind.train, jobs[k], threads) for k in todo}
+                    for k, fut in futs.items():
+                        finish(k, fut.result())
+            except BrokenProcessPool:
+                raise RuntimeError(UNGUARDED_SCRIPT + " (a client-training worker process "
+                                   "died while starting)") from None
         else:
             for k in todo:
                 job = jobs[k]

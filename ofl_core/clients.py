@@ -93,6 +93,27 @@ class UploadError(ValueError):
     """A client upload the server cannot accept (unknown architecture, bad shapes, NaN/inf)."""
 
 
+#: the largest |value| a trained model's float tensor may hold (trained weights and BN
+#: statistics on [0, 1] images stay far below; a scaled or poisoned upload does not)
+MAX_ABS_WEIGHT = 1e6
+
+
+def check_upload_header(upload: ClientUpload, num_classes: int, in_channels: int,
+                        image_size: int) -> None:
+    """Check what an upload claims against the server's task before any model is built: the
+    class count, image shape and sample count (FedAvg weights by it)."""
+    who = f"client {upload.client_id}"
+    claimed = (upload.num_classes, upload.in_channels, upload.image_size)
+    if claimed != (num_classes, in_channels, image_size):
+        raise UploadError(
+            f"{who}: upload is for {upload.num_classes} classes, {upload.in_channels}×"
+            f"{upload.image_size}² images, but the task has {num_classes} classes, "
+            f"{in_channels}×{image_size}² images")
+    n = upload.num_samples
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UploadError(f"{who}: num_samples must be a positive integer (got {n!r})")
+
+
 def build_from_upload(upload: ClientUpload, device: str | torch.device = "cpu",
                       kind: str | None = "classifier") -> nn.Module:
     """Validate an upload (:func:`validate_upload`) and return its model — a classifier, or a
@@ -139,8 +160,15 @@ def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn
             raise UploadError(
                 f"{who}: parameter {k!r} has shape {shape}, expected {tuple(v.shape)} {what}"
             )
+        if t.dtype != v.dtype:
+            raise UploadError(f"{who}: parameter {k!r} has dtype {t.dtype}, expected {v.dtype} "
+                              f"for {upload.arch!r}")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise UploadError(f"{who}: parameter {k!r} contains NaN or inf values")
+        if t.is_floating_point() and t.numel() and float(t.abs().max()) > MAX_ABS_WEIGHT:
+            raise UploadError(f"{who}: parameter {k!r} has values up to "
+                              f"{float(t.abs().max()):.3g}, beyond any trained model's "
+                              f"(limit {MAX_ABS_WEIGHT:g}): a scaled or corrupt upload")
     return model
 
 

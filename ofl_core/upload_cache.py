@@ -74,28 +74,56 @@ class UploadCache:
         return self.root / f"{payload_key(payload)}.pt"
 
     def get(self, payload: dict) -> dict[str, torch.Tensor] | None:
-        """The cached tensors for ``payload``, or None when absent or unreadable."""
+        """The cached tensors for ``payload``, or None when absent. An entry that cannot be
+        read, is not a dict of tensors, or was written for another key (its stored metadata is
+        not ``payload``'s) is corrupt: it is removed with a warning naming the file, and the
+        client is trained again."""
         p = self.path(payload)
         if not p.is_file():
             self.misses += 1
             return None
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)
+            problem = self._problem(obj, payload)
         except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, not a crash
-            warnings.warn(f"ignoring unreadable cache entry {p.name}: {e}", stacklevel=2)
+            problem = f"unreadable ({e})"
+        if problem is not None:
+            warnings.warn(f"cache entry {p} is {problem}: removed, the client is trained "
+                          "again", stacklevel=2)
+            p.unlink(missing_ok=True)
             self.misses += 1
             return None
         self.hits += 1
         return obj["state"]
 
-    def put(self, payload: dict, state: dict[str, torch.Tensor]) -> Path:
-        """Write atomically; concurrent writers of the same key both end with a whole file."""
-        self.root.mkdir(parents=True, exist_ok=True)
+    @staticmethod
+    def _problem(obj: object, payload: dict) -> str | None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("state"), dict):
+            return "not a cache entry (no state dict)"
+        if not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                   for k, v in obj["state"].items()):
+            return "not a dict of tensors"
+        if obj.get("meta") != json.dumps(payload, sort_keys=True, default=str):
+            return "for another key (its metadata does not match)"
+        return None
+
+    def put(self, payload: dict, state: dict[str, torch.Tensor]) -> Path | None:
+        """Write atomically; concurrent writers of the same key both end with a whole file. A
+        write that fails (disk full, read-only cache) leaves no temporary file and no partial
+        entry, warns, and returns None: the trained client is still returned to the caller,
+        only not cached; what was stored before is untouched."""
         p = self.path(payload)
         tmp = p.with_name(f".{p.stem}.{os.getpid()}.tmp")
         meta = json.dumps(payload, sort_keys=True, default=str)
-        torch.save({"state": state, "meta": meta}, tmp)
-        os.replace(tmp, p)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            torch.save({"state": state, "meta": meta}, tmp)
+            os.replace(tmp, p)
+        except (OSError, RuntimeError) as e:  # torch.save wraps some OS errors
+            tmp.unlink(missing_ok=True)
+            warnings.warn(f"could not write cache entry {p} ({e}); the client is used but "
+                          "not cached", stacklevel=2)
+            return None
         return p
 
     def __len__(self) -> int:

@@ -76,10 +76,10 @@ def notebook_parameters(path: Path) -> dict:
 
 def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
     """Reject parameters the notebook does not declare, or that are not plain JSON."""
+    known_names = list_notebooks(notebook_dir)
+    if task.notebook not in known_names:  # a name, never a path: outputs stay under --out
+        raise ValueError(f"unknown notebook {task.notebook!r}; known: {', '.join(known_names)}")
     path = notebook_dir / f"{task.notebook}.ipynb"
-    if not path.is_file():
-        known = ", ".join(list_notebooks(notebook_dir))
-        raise ValueError(f"unknown notebook {task.notebook!r}; known: {known}")
     known_params = notebook_parameters(path)
     unknown = sorted(set(task.parameters) - set(known_params))
     if unknown:

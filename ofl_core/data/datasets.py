@@ -90,6 +90,19 @@ class ImageDataset:
     num_classes: int
     classes: tuple[str, ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        """Images and labels must agree (a truncated or mismatched file must not load)."""
+        for split, x, y in (("training", self.x_train, self.y_train),
+                            ("test", self.x_test, self.y_test)):
+            if x.dim() != 4 or y.dim() != 1 or len(x) != len(y):
+                raise ValueError(
+                    f"dataset {self.name!r}: {len(x)} {split} images (shape {tuple(x.shape)}) but "
+                    f"{len(y)} labels (shape {tuple(y.shape)}); the files are truncated or do "
+                    "not belong together: delete and re-download (or reinstall) them")
+            if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
+                raise ValueError(f"dataset {self.name!r}: {split} labels outside 0..."
+                                 f"{self.num_classes - 1}; the label file is corrupt")
+
     @property
     def channels(self) -> int:
         return int(self.x_train.shape[1])

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..clients import check_upload_header
 from ..cpu_memory import large_blocks_from_heap
 from ..fedcvae import server as fedcvae_server
 from ..fedhydra import server as fedhydra
@@ -52,6 +53,8 @@ def run_method(name: str, uploads: list, cfg: Any, ctx: ServerContext) -> Server
     :func:`~ofl_core.cpu_memory.large_blocks_from_heap` (same values, fewer page faults)."""
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}")
+    for u in uploads:  # untrusted: the header against the task, before any model is built
+        check_upload_header(u, ctx.num_classes, ctx.in_channels, ctx.image_size)
     with large_blocks_from_heap(enabled=torch.device(ctx.device).type == "cpu"):
         return METHODS[name][1](uploads, cfg, ctx)
 
