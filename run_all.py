@@ -152,6 +152,9 @@ def make_tasks(args: argparse.Namespace) -> list[Task]:
         if bad:
             raise SystemExit(f"--only: unknown notebook(s) {bad}; known: {sorted(known)}")
         tasks = [t for t in tasks if t.notebook in only]
+    if not tasks:
+        raise ValueError("no tasks to run: the grid is empty or --only matches none of its "
+                         "notebooks")
     for t in tasks:
         check_parameters(t)
     return tasks

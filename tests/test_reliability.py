@@ -160,3 +160,46 @@ def test_a_failed_cache_write_leaves_nothing_behind_and_loses_nothing(tmp_path, 
         ups = train_clients(tiny_dataset, part, LocalTrainConfig(epochs=1), seed=0, cache=cache,
                             workers=1, progress=False)
     assert len(ups) == 2  # the trained clients are used, only not cached
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "grid file .* not found"),
+    ("main_tables: [ {seeds: [1] ", "not valid YAML"),
+    ("main_tables: [3]", "each entry must be a mapping"),
+    ("main_tables:\n  - grid: {seeds: 3}", "'grid' must map parameters to lists"),
+    ("{}", "no tasks to run"),
+])
+def test_bad_grid_files_are_one_clear_line(tmp_path, capsys, text, message):
+    import run_all
+
+    grid = tmp_path / "grid.yaml"
+    if text is not None:
+        grid.write_text(text)
+    rc = run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert __import__("re").search(message, err), err
+
+
+def test_names_reaching_the_report_are_escaped_and_it_is_written_whole(tmp_path):
+    import json
+
+    import nbformat
+
+    from ofl_core.batch.report import build_report
+
+    runs = tmp_path / "runs" / "partitions"
+    runs.mkdir(parents=True)
+    for rid in ("aaa", "bbb"):
+        (runs / f"{rid}.json").write_text(json.dumps(
+            {"status": "done", "notebook": "partitions", "run_id": rid, "records": []}))
+    nbformat.write(nbformat.v4.new_notebook(), runs / "aaa.ipynb")
+    (runs / "bbb.ipynb").write_text('{"cells": [')  # truncated: a listed failure, not a crash
+    figs = tmp_path / "figures" / "partitions"
+    figs.mkdir(parents=True)
+    (figs / "<svg onload=alert(1)>.png").write_bytes(b"")
+    index = build_report(tmp_path)
+    page = index.read_text()
+    assert "<svg onload" not in page and "&lt;svg onload=alert(1)&gt;" in page
+    assert "run bbb: its executed notebook could not be read" in page
+    assert "aaa.html" in page and not list(index.parent.glob(".*.tmp"))

@@ -83,17 +83,29 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) ->
             rid = r["run_id"]
             page = rep / nb / f"{rid}.html"
             page.parent.mkdir(parents=True, exist_ok=True)
-            body, _ = exporter.from_filename(r["_ipynb"])
+            try:
+                body, _ = exporter.from_filename(r["_ipynb"])
+            except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
+                parts.append(f"<p class='fail'>run {html.escape(rid)}: its executed notebook "
+                             f"could not be read ({html.escape(str(e)[:200])})</p>")
+                continue
             page.write_text(body)
             params = html.escape(json.dumps(r.get("parameters", {})))
-            parts.append(f"<p><a href='{nb}/{rid}.html'>run {rid}</a> "
+            link = html.escape(f"{nb}/{rid}.html", quote=True)
+            parts.append(f"<p><a href='{link}'>run {html.escape(rid)}</a> "
                          f"({r.get('seconds', 0):.0f} s) parameters: <code>{params}</code></p>")
         figs = sorted((out / "figures" / nb).rglob("*.png"))
         for f in figs:
             rel = os.path.relpath(f, rep)
-            parts.append(f"<figure><img src='{rel}'><figcaption>{html.escape(f.name)}"
+            parts.append(f"<figure><img src='{html.escape(rel, quote=True)}'><figcaption>"
+                         f"{html.escape(f.name)}"
                          "</figcaption></figure>")
     parts.append("</body></html>")
     index = rep / "index.html"
-    index.write_text("\n".join(parts))
+    tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
+    try:
+        tmp.write_text("\n".join(parts))
+        os.replace(tmp, index)
+    finally:
+        tmp.unlink(missing_ok=True)
     return index

@@ -112,7 +112,12 @@ def load_grid(path: str | os.PathLike) -> list[Task]:
 def _load_grid_file(path: Path) -> list[Task]:
     import yaml
 
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not Path(path).is_file():
+        raise ValueError(f"grid file {path} not found")
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a grid file maps notebook names to lists of parameter dicts")
     tasks = []
@@ -122,8 +127,15 @@ def _load_grid_file(path: Path) -> list[Task]:
         if not isinstance(entries, list):
             raise ValueError(f"{path}: {nb!r} must map to a list of parameter dicts")
         for e in entries:
+            if not isinstance(e, dict | None):
+                raise ValueError(f"{path}: {nb!r}: each entry must be a mapping of parameters "
+                                 f"(got {e!r})")
             e = dict(e or {})
             grid = e.pop("grid", None)
+            if grid is not None and (not isinstance(grid, dict) or not all(
+                    isinstance(v, list) for v in grid.values())):
+                raise ValueError(f"{path}: {nb!r}: 'grid' must map parameters to lists of "
+                                 f"values (got {grid!r})")
             if grid:
                 keys = list(grid)
                 for combo in itertools.product(*(grid[k] for k in keys)):
