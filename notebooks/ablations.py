@@ -151,9 +151,10 @@ tables.compare("dense", "T4")
 # ## FedCVAE Table 6: decoder aggregation, knowledge distillation vs parameter averaging
 
 # %%
-save_paper_vs_ours(tables.compare("fedcvae", "T6"), f"FedCVAE Table 6, {dataset} (ours) vs paper",
-                   figures_dir, "fedcvae_t6_aggregation")
-tables.compare("fedcvae", "T6")
+cvae_t6 = tables.compare("fedcvae", "T6")
+save_paper_vs_ours(cvae_t6, f"FedCVAE Table 6, {dataset} (ours) vs paper", figures_dir,
+                   "fedcvae_t6_aggregation")
+cvae_t6
 
 # %% [markdown]
 # ## FedCVAE Table 7: less data per client

@@ -118,10 +118,10 @@ sec.fig5_summary(security_records, security_alpha, num_clients)
 # is Table 1 (α = 0.01), below.
 
 # %%
-fig = sec.plot_table8(noise.compare("fedcvae", "T8"),
-                      f"FedCVAE Table 8: {dataset} (solid ours, dashed paper)")
+t8 = noise.compare("fedcvae", "T8")
+fig = sec.plot_table8(t8, f"FedCVAE Table 8: {dataset} (solid ours, dashed paper)")
 save_figure(fig, figures_dir, "table8_label_noise") if fig is not None else None
-noise.compare("fedcvae", "T8")
+t8
 
 # %%
 noise.compare("fedcvae", "T1")

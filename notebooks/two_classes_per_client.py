@@ -96,9 +96,10 @@ record(tables.records)
 # rows (literal SA and `sa_rescale`) sit beside the same paper number.
 
 # %%
-save_paper_vs_ours(tables.compare("fedhydra", "T2"), f"FedHydra Table 2 (2c/c), {dataset} "
-                   "(ours) vs paper", figures_dir, "fedhydra_t2_paper_vs_ours")
-tables.compare("fedhydra", "T2")
+t2 = tables.compare("fedhydra", "T2")
+save_paper_vs_ours(t2, f"FedHydra Table 2 (2c/c), {dataset} (ours) vs paper", figures_dir,
+                   "fedhydra_t2_paper_vs_ours")
+t2
 
 # %% [markdown]
 # ## Fig. 6b: stratified weights Ū_r (rows: classes, columns: clients)

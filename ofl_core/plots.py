@@ -84,10 +84,16 @@ def _bars(ax: plt.Axes, long: pd.DataFrame, x: str, order: Sequence[str],
     _legend_outside(ax)
 
 
+def method_labels(table: pd.DataFrame) -> pd.Series:
+    """Each row's method, with its preset in brackets unless it is the paper's."""
+    return table["method"] + np.where(table["preset"] != "paper",
+                                      " (" + table["preset"] + ")", "")
+
+
 def plot_paper_vs_ours(table: pd.DataFrame, title: str = "") -> Figure:
     """Grouped bars per method: the paper's number and ours (last and best epoch)."""
     t = table.copy()
-    t["label"] = t["method"] + np.where(t["preset"] != "paper", " (" + t["preset"] + ")", "")
+    t["label"] = method_labels(t)
     if t["alpha"].nunique() > 1:
         t["label"] = t["label"] + " α=" + t["alpha"].astype(str)
     rows = [str(i) for i in range(len(t))]  # one group per row, even where labels repeat

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..clients import ClientUpload, UploadError, build_from_upload, validate_upload
+from ..clients import ClientUpload, build_from_upload, check_upload_header, validate_upload
 from ..models.cvae import CVAEDecoder
 
 if TYPE_CHECKING:
@@ -36,13 +36,6 @@ def load_decoders(uploads: Sequence[ClientUpload], ctx: ServerContext, who: str
     method in the message)."""
     if not uploads:
         raise ValueError(f"{who}: no client uploads")
-    decs = [decoder_from_upload(u, ctx.device) for u in uploads]
-    for u in uploads:
-        if (u.num_classes, u.in_channels, u.image_size) != (
-                ctx.num_classes, ctx.in_channels, ctx.image_size):
-            raise UploadError(
-                f"client {u.client_id}: upload is for {u.num_classes} classes, "
-                f"{u.in_channels}×{u.image_size}² images but the server expects "
-                f"{ctx.num_classes} classes, {ctx.in_channels}×{ctx.image_size}²"
-            )
-    return decs
+    for u in uploads:  # the header against the task first (run_method does it too)
+        check_upload_header(u, ctx.num_classes, ctx.in_channels, ctx.image_size)
+    return [decoder_from_upload(u, ctx.device) for u in uploads]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..experiment import configure_methods
 from ..methods.dense import ABLATIONS, DenseConfig
-from ..plots import plot_accuracy_vs, plot_grouped_bars, save_figure
+from ..plots import method_labels, plot_accuracy_vs, plot_grouped_bars, save_figure
 from ..results import paper_results
 from ..tables import MethodSpec, Tables
 
@@ -82,7 +82,7 @@ def save_dense_variants_figure(tables: Tables, dataset: str, figures_dir: str | 
     ours = pd.concat([t6, t4[t4.method == "dense+ldam"]], ignore_index=True)
     if ours.empty:
         return None
-    ours["label"] = ours["method"] + ours["preset"].map(lambda p: "" if p == "paper" else f" ({p})")
+    ours["label"] = method_labels(ours)
     cells = pd.concat([paper_results("dense", "T6"), paper_results("dense", "T4")])
     bars = {label: {"ours (last)": g["ours_last"].mean(), "ours (best)": g["ours_best"].mean(),
                     **_paper_bars(g.iloc[0], cells)}

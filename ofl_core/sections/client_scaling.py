@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..plots import plot_accuracy_vs, save_figure
+from ..plots import method_labels, plot_accuracy_vs, save_figure
 from ..results import paper_results, records_frame
 from ..tables import Tables
 
@@ -42,7 +42,7 @@ def fedcvae_spread(tables: Tables) -> pd.DataFrame:
 def _panel(ax: plt.Axes, t: pd.DataFrame, title: str, paper: str, table: str) -> None:
     """One table's panel: ours (solid) and the paper's cells (dashed); where the table has no
     cell for our dataset, the paper's CIFAR10 numbers (the trend only)."""
-    t = t.assign(label=t["method"] + t["preset"].map(lambda p: "" if p == "paper" else f" ({p})"))
+    t = t.assign(label=method_labels(t))
     order = list(dict.fromkeys(t["label"]))
     if t["paper"].notna().any():
         plot_accuracy_vs(t, "num_clients", group="label", ax=ax, order=order,
