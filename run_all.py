@@ -23,6 +23,7 @@ import sys
 import time
 
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
+from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
 from ofl_core.batch.gpus import NoGpuError
 from ofl_core.batch.grid import make_specs, run_grid
 from ofl_core.batch.jobs import job_script
@@ -32,6 +33,7 @@ from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
     check_parameters,
+    effective_parameters,
     list_notebooks,
     load_grid,
     spec_finished,
@@ -161,9 +163,16 @@ def make_tasks(args: argparse.Namespace) -> list[Task]:
 
 
 def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) -> int:
-    """Print the tasks (and, for SLURM / PBS, the job script) without running anything."""
+    """Print the tasks with the paper cells each will fill, the grid's coverage of the papers'
+    cells (and, for SLURM / PBS, the job script) without running anything."""
+    every = paper_cell_set()
+    filled = []
     for t in tasks:
+        cells = planned_cells(t.notebook, effective_parameters(t), every)
+        filled.append(cells)
         print(t.notebook, t.run_id(), t.parameters)
+        print(f"    fills {len(cells)} paper cells" + (f": {summarize_cells(cells)}" if cells
+                                                       else ""))
     specs = make_specs(tasks, args.out, cfg, resume=not args.no_resume)
     todo = [s for s in specs if args.no_resume or not spec_finished(s)]
     print(f"# {len(tasks)} tasks, {len(tasks) - len(todo)} already finished; executor "
@@ -175,6 +184,10 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
         kind = ("the job array's sbatch file" if cfg.executor == "submitit"
                 else "one dask worker job, dask-jobqueue's job_script()")
         print(f"# batch script ({kind}):\n{script}")
+    cov = coverage(filled)
+    if cov.missed_tables:
+        print(f"# paper tables these tasks fill no cell of: {', '.join(cov.missed_tables)}")
+    print(cov.line())
     return 0
 
 

@@ -37,34 +37,36 @@
 # `run_all.py --full` injects the papers' settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-alphas = [0.5]
-num_clients = 5
-seeds = [1]
-arch = "cnn_mnist"
-local_epochs = 3
-dense_variants = ["dense", "dense-ce-only", "dense-no-bn", "dense-no-div"]
-ldam = True
-presets = ["paper", "authors_code"]
-kd_data = ["pool", "fresh"]
-server_epochs = 4
-steps_per_epoch = 3
-batch_size = 64
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-fedcvae_alphas = [0.01]
-fedcvae_clients = 10
-subsets = [0.1, 0.5]
-t6_methods = ["kd", "param-avg"]
-t7_methods = ["fedcvae-ens", "fedcvae-kd"]
-cvae_epochs = 2
-baseline_local_epochs = None
-fedcvae_samples = 1000
-classifier_epochs = 3
-decoder_kd_epochs = 3
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/ablations"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+alphas: list[float] = [0.5]
+num_clients: int = 5
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+local_epochs: int = 3
+dense_variants: list[str] = ["dense", "dense-ce-only", "dense-no-bn", "dense-no-div"]
+ldam: bool = True
+presets: list[str] = ["paper", "authors_code"]
+kd_data: list[str] = ["pool", "fresh"]
+server_epochs: int = 4
+steps_per_epoch: int = 3
+batch_size: int = 64
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+fedcvae_alphas: list[float] = [0.01]
+fedcvae_clients: int = 10
+subsets: list[float] = [0.1, 0.5]
+t6_methods: list[str] = ["kd", "param-avg"]
+t7_methods: list[str] = ["fedcvae-ens", "fedcvae-kd"]
+cvae_epochs: Optional[int] = 2
+baseline_local_epochs: Optional[int] = None
+fedcvae_samples: Optional[int] = 1000
+classifier_epochs: Optional[int] = 3
+decoder_kd_epochs: Optional[int] = 3
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/ablations"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

@@ -33,36 +33,38 @@
 # `run_all.py --full` injects the papers' settings (`notebooks/grids/full/client_scaling.yaml`).
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-arch = "cnn_mnist"
-alpha = 0.5
-num_clients = [5, 10]
-seeds = [1]
-local_epochs = 2
-methods = ["fedavg", "feddf", "fed-dafl", "fed-adi", "dense", "fedhydra"]
-presets = ["paper"]
-server_epochs = 3
-steps_per_epoch = 2
-batch_size = 32
-strat_steps = 2
-strat_batch_size = 8
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-fedcvae_dataset = "fmnist_embedded"
-fedcvae_alpha = 0.01
-fedcvae_num_clients = [5, 10]
-fedcvae_methods = ["fedcvae-ens", "fedcvae-kd"]
-partition_seed = 1693
-partition_seeds = [1693]
-cvae_epochs = 2
-baseline_local_epochs = 2
-num_samples = 1000
-kd_samples = 1000
-kd_epochs = 2
-classifier_epochs = 2
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/client_scaling"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+arch: str = "cnn_mnist"
+alpha: float = 0.5
+num_clients: list[int] = [5, 10]
+seeds: list[int] = [1]
+local_epochs: int = 2
+methods: list[str] = ["fedavg", "feddf", "fed-dafl", "fed-adi", "dense", "fedhydra"]
+presets: list[str] = ["paper"]
+server_epochs: int = 3
+steps_per_epoch: int = 2
+batch_size: int = 32
+strat_steps: int = 2
+strat_batch_size: int = 8
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+fedcvae_dataset: str = "fmnist_embedded"
+fedcvae_alpha: float = 0.01
+fedcvae_num_clients: list[int] = [5, 10]
+fedcvae_methods: list[str] = ["fedcvae-ens", "fedcvae-kd"]
+partition_seed: int = 1693
+partition_seeds: list[int] = [1693]
+cvae_epochs: Optional[int] = 2
+baseline_local_epochs: Optional[int] = 2
+num_samples: int = 1000
+kd_samples: int = 1000
+kd_epochs: Optional[int] = 2
+classifier_epochs: Optional[int] = 2
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/client_scaling"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

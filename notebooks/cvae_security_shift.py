@@ -39,29 +39,31 @@
 # settings (`notebooks/grids/full/cvae_security_shift.yaml`).
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-seeds = [1]
-num_clients = 10
-partition_seed = 1693
-security_alpha = 0.05
-bounds = [1, 10, 100, 1000]
-presets = ["paper", "authors_code"]
-mean_scale = 10.0
-alpha = 0.01
-gammas = [0.0, 0.01, 0.05, 0.1]
-noise_modes = ["variance", "std"]
-noise_methods = ["fedcvae-ens"]
-grid_methods = ["kd", "param-avg"]
-grid_per_class = 2
-cvae_epochs = 2
-num_samples = 1000
-kd_samples = 1000
-kd_epochs = 2
-classifier_epochs = 2
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/cvae_security_shift"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+seeds: list[int] = [1]
+num_clients: int = 10
+partition_seed: int = 1693
+security_alpha: float = 0.05
+bounds: list[int] = [1, 10, 100, 1000]
+presets: list[str] = ["paper", "authors_code"]
+mean_scale: float = 10.0
+alpha: float = 0.01
+gammas: list[float] = [0.0, 0.01, 0.05, 0.1]
+noise_modes: list[str] = ["variance", "std"]
+noise_methods: list[str] = ["fedcvae-ens"]
+grid_methods: list[str] = ["kd", "param-avg"]
+grid_per_class: int = 2
+cvae_epochs: Optional[int] = 2
+num_samples: int = 1000
+kd_samples: int = 1000
+kd_epochs: Optional[int] = 2
+classifier_epochs: Optional[int] = 2
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/cvae_security_shift"
 
 # %%
 from ofl_core.experiment import ExperimentConfig

@@ -35,35 +35,37 @@
 # below. `run_all.py --full` injects the papers' exact client lists and settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-seeds = [1]
-local_epochs = 2
-dense_archs = ["cnn1", "cnn_cifar", "lenet"]
-fedhydra_archs = ["cnn1", "cnn_cifar", "lenet"]
-server_arch = "lenet"
-dense_alphas = [0.5]
-fedhydra_alphas = [0.5]
-fedhydra_2cc = False
-dense_methods = ["feddf", "fed-dafl", "fed-adi", "dense"]
-fedhydra_methods = ["feddf", "dense", "fedhydra"]
-server_epochs = 5
-steps_per_epoch = 3
-batch_size = 64
-strat_steps = 3
-strat_batch_size = 8
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-fedcvae_datasets = ["fmnist_embedded"]
-fedcvae_methods = ["fedcvae-ens", "fedcvae-kd"]
-fedcvae_alpha = 0.01
-fedcvae_num_clients = 10
-fedcvae_local_epochs = 2
-fedcvae_num_samples = 2000
-fedcvae_classifier_epochs = 2
-fedcvae_kd_epochs = 1
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/heterogeneous_models"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+seeds: list[int] = [1]
+local_epochs: int = 2
+dense_archs: list[str] = ["cnn1", "cnn_cifar", "lenet"]
+fedhydra_archs: list[str] = ["cnn1", "cnn_cifar", "lenet"]
+server_arch: str = "lenet"
+dense_alphas: list[float] = [0.5]
+fedhydra_alphas: list[float] = [0.5]
+fedhydra_2cc: bool = False
+dense_methods: list[str] = ["feddf", "fed-dafl", "fed-adi", "dense"]
+fedhydra_methods: list[str] = ["feddf", "dense", "fedhydra"]
+server_epochs: int = 5
+steps_per_epoch: int = 3
+batch_size: int = 64
+strat_steps: int = 3
+strat_batch_size: int = 8
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+fedcvae_datasets: list[str] = ["fmnist_embedded"]
+fedcvae_methods: list[str] = ["fedcvae-ens", "fedcvae-kd"]
+fedcvae_alpha: float = 0.01
+fedcvae_num_clients: int = 10
+fedcvae_local_epochs: Optional[int] = 2
+fedcvae_num_samples: int = 2000
+fedcvae_classifier_epochs: Optional[int] = 2
+fedcvae_kd_epochs: Optional[int] = 1
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/heterogeneous_models"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

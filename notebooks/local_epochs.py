@@ -34,24 +34,26 @@
 # injects the papers' settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-alphas = [0.1]
-num_clients = 5
-seeds = [1]
-arch = "cnn_mnist"
-local_epochs = [1, 5]
-fig3_methods = ["fedavg", "dense"]
-fig9_methods = ["fedavg", "dense", "fedhydra"]
-server_epochs = 4
-steps_per_epoch = 3
-batch_size = 64
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-strat_steps = 3
-strat_batch_size = 8
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/local_epochs"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+alphas: list[float] = [0.1]
+num_clients: int = 5
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+local_epochs: list[int] = [1, 5]
+fig3_methods: list[str] = ["fedavg", "dense"]
+fig9_methods: list[str] = ["fedavg", "dense", "fedhydra"]
+server_epochs: int = 4
+steps_per_epoch: int = 3
+batch_size: int = 64
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+strat_steps: int = 3
+strat_batch_size: int = 8
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/local_epochs"
 
 # %% [markdown]
 # ## The runs, and the figures each one serves

@@ -27,34 +27,36 @@
 # (`notebooks/grids/full/main_tables.yaml`).
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-alphas = [0.1]
-num_clients = 5
-seeds = [1]
-arch = "cnn_mnist"
-local_epochs = 10
-methods = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+alphas: list[float] = [0.1]
+num_clients: int = 5
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+local_epochs: int = 10
+methods: list[str] = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
            "fedhydra", "ot"]
-presets = ["paper"]
-server_epochs = 15
-steps_per_epoch = 10
-batch_size = 32
-strat_steps = 3
-strat_batch_size = 8
-fedcvae_dataset = "fmnist_embedded"
-fedcvae_alphas = [0.01]
-fedcvae_num_clients = 10
-fedcvae_methods = ["fedavg", "fedoneshot", "fedcvae-ens", "fedcvae-kd"]
-cvae_epochs = 2
-baseline_local_epochs = 1
-num_samples = 1000
-kd_samples = 1000
-kd_epochs = 2
-classifier_epochs = 2
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/main_tables"
+presets: list[str] = ["paper"]
+server_epochs: Optional[int] = 15
+steps_per_epoch: Optional[int] = 10
+batch_size: Optional[int] = 32
+strat_steps: Optional[int] = 3
+strat_batch_size: Optional[int] = 8
+fedcvae_dataset: str = "fmnist_embedded"
+fedcvae_alphas: list[float] = [0.01]
+fedcvae_num_clients: int = 10
+fedcvae_methods: list[str] = ["fedavg", "fedoneshot", "fedcvae-ens", "fedcvae-kd"]
+cvae_epochs: Optional[int] = 2
+baseline_local_epochs: Optional[int] = 1
+num_samples: Optional[int] = 1000
+kd_samples: Optional[int] = 1000
+kd_epochs: Optional[int] = 2
+classifier_epochs: Optional[int] = 2
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/main_tables"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

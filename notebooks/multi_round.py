@@ -40,26 +40,28 @@
 # `run_all.py --full` injects the papers' settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-num_clients = 5
-seeds = [1]
-arch = "cnn_mnist"
-rounds = 2
-dense_alphas = [0.1]
-dense_local_epochs = 2
-fedhydra_partitions = [0.1]
-fedhydra_local_epochs = 2
-fedhydra_methods = ["fedavg", "dense", "fedhydra"]
-server_epochs = 4
-steps_per_epoch = 3
-batch_size = 64
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-strat_steps = 3
-strat_batch_size = 8
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/multi_round"
+from typing import Optional, Union
+
+dataset: str = "fmnist_embedded"
+num_clients: int = 5
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+rounds: int = 2
+dense_alphas: list[float] = [0.1]
+dense_local_epochs: int = 2
+fedhydra_partitions: list[Union[float, str]] = [0.1]
+fedhydra_local_epochs: int = 2
+fedhydra_methods: list[str] = ["fedavg", "dense", "fedhydra"]
+server_epochs: int = 4
+steps_per_epoch: int = 3
+batch_size: int = 64
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+strat_steps: int = 3
+strat_batch_size: int = 8
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/multi_round"
 
 # %% [markdown]
 # ## The runs, and the table each one serves

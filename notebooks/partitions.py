@@ -24,17 +24,19 @@
 # paper's settings (e.g. `dataset="fmnist"`).
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-alphas = [0.1, 0.3, 0.5]
-num_clients = 5
-seed = 1
-fedcvae_alphas = [0.001, 0.01, 0.05]
-fedcvae_num_clients = 10
-fedcvae_seed = 1693
-fedcvae_subset = 0.5
-classes_per_client = 2
-data_root = None
-figures_dir = "../figures/partitions"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+alphas: list[float] = [0.1, 0.3, 0.5]
+num_clients: int = 5
+seed: int = 1
+fedcvae_alphas: list[float] = [0.001, 0.01, 0.05]
+fedcvae_num_clients: int = 10
+fedcvae_seed: int = 1693
+fedcvae_subset: float = 0.5
+classes_per_client: int = 2
+data_root: Optional[str] = None
+figures_dir: str = "../figures/partitions"
 
 # %%
 from ofl_core.data.datasets import load_dataset

@@ -31,23 +31,25 @@
 # look of the images, not exact numbers. `run_all.py --full` injects the papers' settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-alpha = 0.1
-num_clients = 5
-seeds = [1]
-arch = "cnn_mnist"
-local_epochs = 10
-server_epochs = 5
-steps_per_epoch = 5
-batch_size = 64
-strat_steps = 3
-strat_batch_size = 8
-num_images = 64
-baseline_test_images = 1000
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/synthetic_data"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+alpha: float = 0.1
+num_clients: int = 5
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+local_epochs: int = 10
+server_epochs: int = 5
+steps_per_epoch: int = 5
+batch_size: int = 64
+strat_steps: int = 3
+strat_batch_size: int = 8
+num_images: int = 64
+baseline_test_images: int = 1000
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/synthetic_data"
 
 # %% [markdown]
 # ## The runs: DENSE and FedHydra on the same clients

@@ -35,25 +35,27 @@
 # compare orderings, not exact numbers. `run_all.py --full` injects the paper's settings.
 
 # %% tags=["parameters"]
-dataset = "fmnist_embedded"
-num_clients = 5
-classes_per_client = 2
-seeds = [1]
-arch = "cnn_mnist"
-local_epochs = 10
-methods = ["fedavg", "feddf", "dense", "fedhydra"]
-sa_rescale = [False, True]
-server_epochs = 5
-steps_per_epoch = 5
-batch_size = 32
-strat_steps = 3
-strat_batch_size = 8
-ngf = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-fig8_alphas = [0.1]
-device = "cpu"
-data_root = None
-cache_dir = None
-figures_dir = "../figures/two_classes_per_client"
+from typing import Optional
+
+dataset: str = "fmnist_embedded"
+num_clients: int = 5
+classes_per_client: int = 2
+seeds: list[int] = [1]
+arch: str = "cnn_mnist"
+local_epochs: int = 10
+methods: list[str] = ["fedavg", "feddf", "dense", "fedhydra"]
+sa_rescale: list[bool] = [False, True]
+server_epochs: int = 5
+steps_per_epoch: int = 5
+batch_size: int = 32
+strat_steps: int = 3
+strat_batch_size: int = 8
+ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+fig8_alphas: list[float] = [0.1]
+device: str = "cpu"
+data_root: Optional[str] = None
+cache_dir: Optional[str] = None
+figures_dir: str = "../figures/two_classes_per_client"
 
 # %% [markdown]
 # ## The runs

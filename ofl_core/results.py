@@ -137,7 +137,8 @@ def paper_results(paper: str | None = None, table: str | None = None) -> pd.Data
     return df.reset_index(drop=True)
 
 
-def _alpha_key(a: object) -> str:
+def alpha_key(a: object) -> str:
+    """α as a join key: '' for none (2c/c, iid), else its shortest decimal form."""
     if a is None or (isinstance(a, float) and math.isnan(a)):
         return ""
     return f"{float(a):g}"
@@ -162,7 +163,7 @@ def compare_with_paper(
         return pd.DataFrame(columns=COMPARE_COLUMNS)
     names = method_names or {}
     df["paper_method"] = df["method"].map(lambda m: names.get(m, m))
-    df["alpha_key"] = df["alpha"].map(_alpha_key)
+    df["alpha_key"] = df["alpha"].map(alpha_key)
     df["data_source"] = df["data_source"].fillna("").replace("", None).fillna(df["dataset"])
     keys = ["dataset", "data_source", "partition", "alpha_key", "num_clients", "setting",
             "paper_method", "preset"]
@@ -173,7 +174,7 @@ def compare_with_paper(
         .reset_index()
     )
     pr = paper_results(paper, table).copy()
-    pr["alpha_key"] = pr["alpha"].map(_alpha_key)
+    pr["alpha_key"] = pr["alpha"].map(alpha_key)
     pr = pr.drop(columns=["paper"]).rename(columns={"method": "paper_method",
                                                      "accuracy": "paper"})
     merged = ours.merge(

@@ -12,13 +12,16 @@ import jupytext
 import pytest
 
 import run_all
+from ofl_core.batch.coverage import PLANNERS, cells_of_records
 from ofl_core.batch.execute import execute_task
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
     check_parameters,
+    effective_parameters,
     list_notebooks,
     load_grid,
+    notebook_parameters,
 )
 from ofl_core.results import read_records
 
@@ -60,6 +63,10 @@ def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
     if nb in NO_RECORDS:
         return
     assert recs, f"{nb} published no records"
+    # the dry run's planner (coverage) names exactly the table cells the notebook filled
+    planner = PLANNERS.get(nb)
+    filled = {c for c in cells_of_records([r.to_dict() for r in recs]) if c[1].startswith("T")}
+    assert filled == (planner(effective_parameters(task)) if planner else set())
     for r in recs:
         assert 0.0 <= r.last_acc <= 100.0 and r.best_acc >= r.last_acc - 1e-6
         assert r.paper in ("dense", "fedhydra", "fedcvae")
@@ -74,6 +81,38 @@ def test_unknown_parameters_and_notebooks_are_rejected():
         check_parameters(Task("nope"))
     with pytest.raises(ValueError, match="set by the runner"):
         check_parameters(Task("main_tables", {"figures_dir": "x"}))
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"local_epochs": "ten"}, "parameter 'local_epochs' must be int, got 'ten' \\(str\\)"),
+    ({"local_epochs": 2.5}, "'local_epochs' must be int"),
+    ({"local_epochs": True}, "'local_epochs' must be int"),
+    ({"alphas": 0.1}, "'alphas' must be a list of float"),
+    ({"alphas": [0.1, "x"]}, "'alphas' must be a list of float"),
+    ({"server_epochs": "5"}, "'server_epochs' must be int or null"),
+    ({"data_root": 3}, "'data_root' must be str or null"),
+])
+def test_grid_values_are_checked_against_the_parameters_types(params, message):
+    with pytest.raises(ValueError, match=f"main_tables: (parameter )?{message}"):
+        check_parameters(Task("main_tables", params))
+    good = {"local_epochs": 3, "alphas": [1, 0.5], "server_epochs": None, "data_root": "/d"}
+    check_parameters(Task("main_tables", good))  # ints are floats, None where Optional
+
+
+def test_every_parameter_of_every_notebook_has_a_type():
+    for nb in list_notebooks():
+        for name, info in notebook_parameters(NOTEBOOK_DIR / f"{nb}.ipynb").items():
+            assert info["inferred_type_name"] != "None", f"{nb}: annotate {name!r}"
+
+
+def test_grid_with_a_wrong_type_fails_before_running(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("main_tables:\n  - local_epochs: ten\n")
+    assert run_all.main(["--grid", str(grid), "--out", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: main_tables: parameter 'local_epochs' must be int, got "
+                           "'ten' (str)")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_grid_file_expands_products(tmp_path):

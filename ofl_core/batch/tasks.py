@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .param_types import check_value, literal_default
+
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 #: Parameters the runner sets itself (a grid may not override them).
 RUNNER_PARAMETERS = ("figures_dir",)
@@ -94,6 +96,21 @@ def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
         json.dumps(task.parameters, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{task.notebook}: parameters must be plain JSON values ({e})") from None
+    for name, value in task.parameters.items():
+        check_value(task.notebook, name, value, known_params[name]["inferred_type_name"])
+
+
+def notebook_defaults(notebook: str, notebook_dir: Path = NOTEBOOK_DIR) -> dict:
+    """The notebook's ``parameters`` cell values (its quick defaults), the runner's own
+    parameters left out."""
+    params = notebook_parameters(notebook_dir / f"{notebook}.ipynb")
+    return {k: literal_default(v["default"]) for k, v in params.items()
+            if k not in RUNNER_PARAMETERS}
+
+
+def effective_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> dict:
+    """Every parameter the task runs with: the notebook's defaults overridden by the task's."""
+    return {**notebook_defaults(task.notebook, notebook_dir), **task.parameters}
 
 
 def load_grid(path: str | os.PathLike) -> list[Task]:
