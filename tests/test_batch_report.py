@@ -1,27 +1,133 @@
-"""The HTML report: finished runs only, each rendered, with its parameters, and the failures."""
+"""The HTML report: the scoreboard (paper beside ours, a verdict, a link per cell), further
+measurements apart, failures kept until re-run, every run's settings, notebooks rendered."""
 
 from __future__ import annotations
 
 import json
 
 import nbformat
+import pytest
+from bs4 import BeautifulSoup
 
-from ofl_core.batch.report import build_report, finished_runs
-from ofl_core.batch.tasks import Task, TaskResult
+from ofl_core.batch.report import build_report, failed_runs, finished_runs
+from ofl_core.batch.scale import run_scale
+from ofl_core.batch.scoreboard import verdict
+from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, TaskResult, effective_parameters, load_grid
 
 
-def test_report_lists_finished_runs_and_failures(tmp_path):
-    runs = tmp_path / "runs" / "nb"
-    runs.mkdir(parents=True)
+def _rec(method: str, last: float, seed: int = 1, table: str = "T1", alpha: float = 0.1,
+         setting: str = "") -> dict:
+    return {"experiment": "main_tables", "paper": "dense", "table": table, "dataset": "fmnist",
+            "partition": "dirichlet", "alpha": alpha, "num_clients": 5, "seed": seed,
+            "method": method, "preset": "paper", "last_acc": last, "best_acc": last + 1,
+            "ensemble_acc": 50.0, "wall_time_s": 1.0, "config_hash": "h", "version": "0",
+            "setting": setting, "data_source": "fmnist"}
+
+
+def _run(out, run_id: str, parameters: dict, records: list[dict], effective: dict) -> None:
+    d = out / "runs" / "main_tables"
+    d.mkdir(parents=True, exist_ok=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("hi")]),
-                   runs / "r1.ipynb")
-    (runs / "r1.json").write_text(json.dumps({
-        "status": "done", "notebook": "nb", "run_id": "r1", "parameters": {"a": 1},
-        "seconds": 3.0, "records": []}))
-    (runs / "r2.json").write_text('{"status": "do')  # half-written: not a finished run
-    assert [r["run_id"] for r in finished_runs(tmp_path)] == ["r1"]
-    fail = TaskResult(Task("nb", {"a": 2}), "r3", "failed", error="ValueError: <boom>")
-    index = build_report(tmp_path, [fail])
-    text = index.read_text()
-    assert "1 finished runs" in text and "<a href='nb/r1.html'>run r1</a>" in text
-    assert "ValueError: &lt;boom&gt;" in text and (index.parent / "nb" / "r1.html").is_file()
+                   d / f"{run_id}.ipynb")
+    (d / f"{run_id}.json").write_text(json.dumps({
+        "status": "done", "notebook": "main_tables", "run_id": run_id, "parameters": parameters,
+        "effective_parameters": effective, "seconds": 3.0, "records": records,
+        "machine": {"host": "h", "cores": 2, "threads": "1", "gpus": ""}}))
+
+
+@pytest.mark.parametrize("ours, paper, std, comparable, expected", [
+    (42.0, 41.69, None, True, "reproduced"), (43.6, 41.69, None, True, "reproduced"),
+    (44.0, 41.69, None, True, "above"), (30.0, 41.69, None, True, "below"),
+    (30.0, 40.0, 13.0, True, "reproduced"), (41.69, 41.69, None, False, "not comparable"),
+])
+def test_verdict(ours, paper, std, comparable, expected):
+    assert verdict(ours, paper, std, comparable) == expected
+
+
+def test_scale_is_paper_only_where_every_setting_agrees_with_a_full_grid_task():
+    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
+            if t.notebook == "main_tables"]
+    first = full[0]
+    assert run_scale(first, full).paper
+    part = {**first, "alphas": [0.1], "seeds": [7], "device": "cpu", "data_root": "/d"}
+    assert run_scale(part, full).paper  # part of the grid's lists, other seeds, elsewhere
+    fewer = {**first, "local_epochs": 20}
+    s = run_scale(fewer, full)
+    assert not s.paper and "local_epochs=20 (paper 200)" in s.reason
+    quick = effective_parameters(Task("main_tables"))
+    s = run_scale(quick, full, quick=True)
+    assert not s.paper and s.short == "quick" and "fmnist_embedded" in s.reason
+
+
+def test_report_scoreboard_structure(tmp_path):
+    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
+            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
+    paper_scale = {**full[0], "alphas": [0.1]}
+    _run(tmp_path, "aaa", {"alphas": [0.1]}, [_rec("fedavg", 41.0, 1), _rec("fedavg", 42.0, 2),
+                                               _rec("dense", 30.0)], paper_scale)
+    quick = effective_parameters(Task("main_tables"))
+    _run(tmp_path, "bbb", {}, [_rec("fedavg", 20.0), _rec("ensemble", 55.0),
+                               _rec("dense", 11.0, table="Fig3", setting="local_epochs=1")],
+         quick)
+    (tmp_path / "runs" / "main_tables" / "ccc.failed.ipynb").write_text(
+        nbformat.writes(nbformat.v4.new_notebook()))
+    earlier = TaskResult(Task("main_tables", {"local_epochs": 3}), "ccc", "failed",
+                         error="cell 4: ValueError: <boom>", detail="Traceback\nValueError: <boom>")
+    index = build_report(tmp_path, [earlier])
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+
+    # the scoreboard comes first, DENSE Table 1 in it, in the paper's layout
+    first_h2 = soup.find("h2")
+    assert first_h2["id"] == "scoreboard"
+    board = soup.find(id="dense-T1").find_next("table")
+    assert [th.text for th in board.find("tr").find_all("th")] == ["method", "FMNIST α=0.1"]
+    rows = {tr.find("th").text: tr.find("td") for tr in board.find_all("tr")[1:]}
+    assert list(rows) == ["fedavg", "feddf", "fed-dafl", "fed-adi", "dense"]  # paper's rows
+    fedavg = rows["fedavg"]
+    assert "paper 41.69" in fedavg.text
+    entries = fedavg.find_all(class_="ours")
+    assert len(entries) == 2
+    assert "v-reproduced" in entries[0]["class"] and "41.50 ± 0.71" in entries[0].text
+    assert "n=2" in entries[0].text and "paper" in entries[0].text
+    assert "v-not-comparable" in entries[1]["class"] and "quick" in entries[1].text
+    assert "v-below" in rows["dense"].find(class_="ours")["class"]
+    assert rows["feddf"].find(class_="notrun")
+    for td in board.find_all("td"):  # every cell of a paper table has the paper's number
+        assert td.text.strip() == "" or "paper " in td.text
+    link = entries[0].find("a")["href"]
+    assert link == "#run-aaa" and soup.find(id="run-aaa")
+    assert soup.find(id="run-aaa").find("a")["href"] == "main_tables/aaa.html"
+    assert (index.parent / "main_tables" / "aaa.html").is_file()
+    assert "paper scale" in soup.find(id="run-aaa").text
+    assert "reduced scale" in soup.find(id="run-bbb").text
+    # records that are no paper cell go to "further measurements", not into the tables
+    further = soup.find(id="further").find_next("table")
+    assert "ensemble" in further.text and "Fig3" in further.text
+    assert "ensemble" not in board.text
+    # the summary counts cells, and the failure is listed with its tail and its notebook
+    summary = soup.find(class_="summary").text
+    assert "2 run at paper scale (1 reproduced, 0 above, 1 below)" in " ".join(summary.split())
+    fail = soup.find(id="fail-ccc")
+    assert "ValueError: <boom>" in fail.text and fail.find("pre")
+    assert fail.find("a")["href"] == "failed/main_tables/ccc.html"
+
+
+def test_failures_stay_until_the_task_is_rerun(tmp_path):
+    from ofl_core.batch.tasks import record_outcome
+
+    t = Task("main_tables", {"local_epochs": 3})
+    record_outcome(tmp_path, TaskResult(t, "r1", "failed", error="boom"))
+    assert [f["run_id"] for f in failed_runs(tmp_path)] == ["r1"]  # a later batch still sees it
+    _run(tmp_path, "r1", t.parameters, [], {})
+    record_outcome(tmp_path, TaskResult(t, "r1", "done"))
+    assert failed_runs(tmp_path) == [] and [r["run_id"] for r in finished_runs(tmp_path)] == ["r1"]
+
+
+def test_report_lists_an_unreadable_notebook_and_escapes_names(tmp_path):
+    _run(tmp_path, "r2", {}, [], {})
+    (tmp_path / "runs" / "main_tables" / "r2.ipynb").write_text("{not json")
+    fig = tmp_path / "figures" / "main_tables" / "<svg onload=x>.png"
+    fig.parent.mkdir(parents=True)
+    fig.write_bytes(b"")
+    text = build_report(tmp_path).read_text()
+    assert "could not be read" in text and "<svg onload" not in text

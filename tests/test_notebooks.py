@@ -154,8 +154,8 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     # two main_tables tasks in one batch: each run's figures in its own folder
     assert len(list((out / "figures" / "main_tables").rglob("dense_t1_paper_vs_ours.png"))) == 1
     index = (out / "report" / "index.html").read_text()
-    assert "dense T1: paper vs ours" in index and "41.69" in index
-    assert "Failed runs" in index
+    assert 'id="dense-T1"' in index and "paper <b>41.69</b>" in index
+    assert "Failed runs" in index and "no_such_dataset" in index
 
     rc = run_all.main(["--grid", str(grid), "--out", str(out)])
     text = capsys.readouterr().out

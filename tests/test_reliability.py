@@ -201,5 +201,5 @@ def test_names_reaching_the_report_are_escaped_and_it_is_written_whole(tmp_path)
     index = build_report(tmp_path)
     page = index.read_text()
     assert "<svg onload" not in page and "&lt;svg onload=alert(1)&gt;" in page
-    assert "run bbb: its executed notebook could not be read" in page
+    assert "bbb: its executed notebook could not be read" in page
     assert "aaa.html" in page and not list(index.parent.glob(".*.tmp"))

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +33,7 @@ from .tasks import (
     Task,
     TaskResult,
     TaskSpec,
+    effective_parameters,
     result_from_dict,
     result_to_dict,
     spec_finished,
@@ -52,7 +56,7 @@ def execute_task(
     tmp = nb_out.with_name(f".{run_id}.{os.getpid()}.tmp.ipynb")
     params = {**task.parameters, "figures_dir": str(figures_dir.resolve())}
     t0 = time.perf_counter()
-    error = ""
+    error = detail = ""
     try:
         papermill.execute_notebook(
             str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
@@ -60,18 +64,19 @@ def execute_task(
             cwd=str(notebook_dir), execution_timeout=cell_timeout,
         )
     except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
-        error = _short_error(e)
+        error, detail = _short_error(e), _error_tail(e)
     secs = time.perf_counter() - t0
     if error:
         if tmp.exists():
             os.replace(tmp, nb_out.with_name(f"{run_id}.failed.ipynb"))
-        return TaskResult(task, run_id, "failed", secs, error)
+        return TaskResult(task, run_id, "failed", secs, error, detail=detail)
     records = read_records(tmp)
     os.replace(tmp, nb_out)
     write_json_atomic(js_out, {
         "status": "done", "notebook": task.notebook, "run_id": run_id,
         "parameters": task.parameters, "seconds": round(secs, 2),
-        "records": [r.to_dict() for r in records],
+        "effective_parameters": effective_parameters(task, notebook_dir),
+        "machine": machine(), "records": [r.to_dict() for r in records],
     })
     return TaskResult(task, run_id, "done", secs, n_records=len(records))
 
@@ -81,6 +86,32 @@ def _short_error(e: BaseException) -> str:
     if name == "PapermillExecutionError":
         return f"cell {getattr(e, 'exec_count', '?')}: {e.ename}: {e.evalue}"  # type: ignore
     return "".join(traceback.format_exception_only(type(e), e)).strip()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error_tail(e: BaseException, lines: int = 8) -> str:
+    """The last lines of a failure's traceback (a notebook cell's, without colour codes)."""
+    tb = getattr(e, "traceback", None)
+    text = "\n".join(tb) if isinstance(tb, list) else "".join(traceback.format_exception(e))
+    rows = [ln.rstrip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    return "\n".join(rows[-lines:])
+
+
+def machine() -> dict:
+    """Where a task ran: host, cores, its thread count and GPUs (names when nvidia-smi is
+    there)."""
+    gpus = ""
+    if shutil.which("nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "":
+        try:
+            gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gpus = ""
+    return {"host": platform.node(), "cores": os.cpu_count(),
+            "threads": os.environ.get("OMP_NUM_THREADS", ""),
+            "gpus": ", ".join(gpus.splitlines())}
 
 
 def run_task_spec(spec: TaskSpec) -> TaskResult:

@@ -20,7 +20,15 @@ from pathlib import Path
 from .config import ExecutorConfig
 from .execute import run_task_spec
 from .executors import InlineExecutor, SubmititExecutor, make_executor
-from .tasks import NOTEBOOK_DIR, Task, TaskResult, TaskSpec, figures_dir_for, spec_finished
+from .tasks import (
+    NOTEBOOK_DIR,
+    Task,
+    TaskResult,
+    TaskSpec,
+    figures_dir_for,
+    record_outcome,
+    spec_finished,
+)
 
 
 def make_specs(
@@ -100,6 +108,7 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
             res = TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({e})")
         except Exception as e:  # noqa: BLE001 - e.g. KilledWorker, a lost SLURM job
             res = _failed(s, e)
+        record_outcome(Path(s.out), res)
         with guard:
             for j in todo[(s.task.notebook, s.run_id)]:
                 results[j] = res

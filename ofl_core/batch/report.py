@@ -1,111 +1,168 @@
-"""The HTML report ``<out>/report/index.html``: paper-vs-ours tables of every finished run,
-figures, each executed notebook rendered without inputs, and the failed runs."""
+"""The HTML report ``<out>/report/index.html``: the scoreboard first (every paper table a run
+touched, the paper's number beside ours with a verdict), the failures, the coverage of the
+papers' cells, the measurements no paper table has, every run's settings one click away, and
+the figures. Each executed notebook is rendered without its inputs (nbconvert) beside it.
+
+Built from ``templates/report.html.j2`` (jinja2, autoescaped) and pandas Styler; written
+atomically.
+"""
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..results import compare_with_paper, paper_results, records_frame
-from .tasks import TaskResult
+from .coverage import coverage, paper_cell_set, planned_cells
+from .scale import run_scale
+from .scoreboard import annotated_frame, boards, entries, further, split, summary
+from .tasks import (
+    NOTEBOOK_DIR,
+    Task,
+    TaskResult,
+    effective_parameters,
+    load_grid,
+    notebook_defaults,
+)
+
+FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
+
+
+def _read(js: Path) -> dict | None:
+    try:
+        d = json.loads(js.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def finished_runs(out: Path) -> list[dict]:
     """Every finished task's sidecar JSON under ``<out>/runs``."""
     runs = []
-    for js in sorted((out / "runs").glob("*/*.json")):
-        try:
-            d = json.loads(js.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if d.get("status") == "done":
+    for js in sorted((Path(out) / "runs").glob("*/*.json")):
+        d = _read(js)
+        if d is not None and d.get("status") == "done" and not js.name.endswith(".failed.json"):
             d["_ipynb"] = str(js.with_suffix(".ipynb"))
             runs.append(d)
     return runs
 
 
-def paper_tables_for(records: list[dict]) -> list[tuple[str, str, object]]:
-    """Every paper table with at least one cell matching these records (plus the tables the
-    records name themselves), each as a paper-vs-ours comparison."""
-    if not records:
-        return []
-    own = records_frame(records)[["paper", "table"]].drop_duplicates()
-    keys = {(p, t) for p, t in own.itertuples(index=False) if p}
-    cells = paper_results()[["paper", "table"]].drop_duplicates()
-    out = []
-    for paper, table in sorted({*keys, *cells.itertuples(index=False)}):
-        cmp = compare_with_paper(records, paper, table)
-        if (paper, table) in keys or cmp["paper"].notna().any():
-            out.append((paper, table, cmp))
-    return out
+def failed_runs(out: Path, failures: Iterable[TaskResult] = ()) -> list[dict]:
+    """Failures kept in ``<out>/runs`` (earlier runs too) and this batch's, newest first; a
+    task that has since finished is not a failure."""
+    found: dict[tuple[str, str], dict] = {}
+    for js in sorted((Path(out) / "runs").glob("*/*.failed.json")):
+        d = _read(js)
+        if d is not None:
+            found[(d.get("notebook", ""), d.get("run_id", ""))] = d
+    for f in failures:
+        if f.status == "failed":
+            found[(f.task.notebook, f.run_id)] = {
+                "notebook": f.task.notebook, "run_id": f.run_id, "error": f.error,
+                "detail": f.detail, "parameters": f.task.parameters}
+    done = {(r["notebook"], r["run_id"]) for r in finished_runs(out)}
+    return [d for k, d in found.items() if k not in done]
+
+
+def _references() -> dict[str, list[dict]]:
+    """Effective parameters of every full-grid task, per notebook (what paper scale is)."""
+    refs: dict[str, list[dict]] = {}
+    for t in load_grid(FULL_GRID):
+        refs.setdefault(t.notebook, []).append(effective_parameters(t))
+    return refs
+
+
+def _render_notebook(src: Path, page: Path) -> str | None:
+    """Render an executed notebook without inputs; the error text when it cannot be read."""
+    from nbconvert import HTMLExporter
+
+    try:
+        body, _ = HTMLExporter(exclude_input=True).from_filename(str(src))
+    except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
+        return str(e)[:300] or type(e).__name__
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(body)
+    return None
+
+
+def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dict]:
+    refs = _references()
+    defaults: dict[str, dict] = {}
+    kept = []
+    for r in runs:
+        nb, rid = r["notebook"], r["run_id"]
+        r["href"] = f"{nb}/{rid}.html"
+        err = _render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html")
+        if err is not None:
+            problems.append({"notebook": nb, "run_id": rid, "detail": "",
+                             "error": f"its executed notebook could not be read: {err}"})
+            continue
+        if nb not in defaults:
+            defaults[nb] = notebook_defaults(nb) if (NOTEBOOK_DIR / f"{nb}.ipynb").is_file() \
+                else {}
+        eff = r.get("effective_parameters") or {**defaults[nb], **r.get("parameters", {})}
+        r["effective"] = eff
+        r["scale"] = run_scale(eff, refs.get(nb, []), quick=not r.get("parameters"))
+        recs = r.get("records", [])
+        r["seeds"] = sorted({x["seed"] for x in recs})
+        r["sources"] = sorted({x.get("data_source") or x["dataset"] for x in recs})
+        kept.append(r)
+    return kept
+
+
+def _failure_pages(fails: list[dict], out: Path, rep: Path) -> None:
+    for f in fails:
+        src = out / "runs" / f["notebook"] / f"{f['run_id']}.failed.ipynb"
+        page = rep / "failed" / f["notebook"] / f"{f['run_id']}.html"
+        f["href"] = (f"failed/{f['notebook']}/{f['run_id']}.html"
+                     if src.is_file() and _render_notebook(src, page) is None else None)
+
+
+def _further_html(frame) -> str:
+    if frame.empty:
+        return ""
+    return (frame.style.hide(axis="index").format(precision=2, na_rep="", escape="html")
+            .set_table_attributes('class="further"').to_html())
+
+
+def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
+    figs: dict[str, list[str]] = {}
+    for f in sorted((out / "figures").glob("*/**/*.png")):
+        nb = f.relative_to(out / "figures").parts[0]
+        figs.setdefault(nb, []).append(os.path.relpath(f, rep))
+    return figs
 
 
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) -> Path:
-    """``<out>/report/index.html``: paper-vs-ours tables of every finished run, figures,
-    links to each executed notebook rendered without inputs (nbconvert), and failures."""
-    from nbconvert import HTMLExporter
+    """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it."""
+    import jinja2
 
     out = Path(out)
     rep = out / "report"
     rep.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter(exclude_input=True)
-    runs = finished_runs(out)
-    by_nb: dict[str, list[dict]] = {}
-    for r in runs:
-        by_nb.setdefault(r["notebook"], []).append(r)
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>ofl report</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-        "table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
-        "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
-        ".fail{color:#b00}</style></head><body>",
-        "<h1>ofl: one-shot federated learning, reproduced</h1>",
-        f"<p>{len(runs)} finished runs. Paper numbers are the papers' tables; ours are the mean "
-        "over seeds of the last-epoch and best-epoch test accuracy.</p>",
-    ]
-    fails = [f for f in failures if f.status == "failed"]
-    if fails:
-        parts.append("<h2 class='fail'>Failed runs</h2><ul>")
-        for f in fails:
-            parts.append(f"<li class='fail'>{html.escape(f.task.notebook)} {f.run_id}: "
-                         f"{html.escape(f.error)}</li>")
-        parts.append("</ul>")
-    for nb, nb_runs in sorted(by_nb.items()):
-        parts.append(f"<h2>{html.escape(nb)}</h2>")
-        records = [rec for r in nb_runs for rec in r.get("records", [])]
-        for paper, table, cmp in paper_tables_for(records):
-            parts.append(f"<h3>{html.escape(paper)} {html.escape(table)}: paper vs ours</h3>")
-            parts.append(cmp.to_html(index=False, na_rep="n/a", float_format="%.2f"))
-        for r in nb_runs:
-            rid = r["run_id"]
-            page = rep / nb / f"{rid}.html"
-            page.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                body, _ = exporter.from_filename(r["_ipynb"])
-            except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
-                parts.append(f"<p class='fail'>run {html.escape(rid)}: its executed notebook "
-                             f"could not be read ({html.escape(str(e)[:200])})</p>")
-                continue
-            page.write_text(body)
-            params = html.escape(json.dumps(r.get("parameters", {})))
-            link = html.escape(f"{nb}/{rid}.html", quote=True)
-            parts.append(f"<p><a href='{link}'>run {html.escape(rid)}</a> "
-                         f"({r.get('seconds', 0):.0f} s) parameters: <code>{params}</code></p>")
-        figs = sorted((out / "figures" / nb).rglob("*.png"))
-        for f in figs:
-            rel = os.path.relpath(f, rep)
-            parts.append(f"<figure><img src='{html.escape(rel, quote=True)}'><figcaption>"
-                         f"{html.escape(f.name)}"
-                         "</figcaption></figure>")
-    parts.append("</body></html>")
+    fails = failed_runs(out, failures)
+    runs = _prepare_runs(finished_runs(out), rep, fails)
+    _failure_pages(fails, out, rep)
+    matched, unmatched = split(annotated_frame(runs))
+    ent = entries(matched)
+    every = paper_cell_set()
+    cov = coverage([planned_cells(t.notebook, effective_parameters(t), every)
+                    for t in load_grid(FULL_GRID)])
+    env = jinja2.Environment(loader=jinja2.PackageLoader("ofl_core.batch", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template("report.html.j2").render(
+        runs=runs, fails=fails, boards=boards(ent), summary=summary(ent),
+        further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
+        json=json)
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:
-        tmp.write_text("\n".join(parts))
+        tmp.write_text(html)
         os.replace(tmp, index)
     finally:
         tmp.unlink(missing_ok=True)
     return index
+
+
+__all__ = ["Task", "build_report", "failed_runs", "finished_runs"]

@@ -44,6 +44,7 @@ class TaskResult:
     seconds: float = 0.0
     error: str = ""
     n_records: int = 0
+    detail: str = ""  # a failure's last traceback lines
 
 
 def notebook_source_hash(path: Path) -> str:
@@ -179,6 +180,25 @@ def is_finished(out: Path, task: Task, run_id: str) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(d, dict) and d.get("status") == "done"
+
+
+def failure_path(out: Path, notebook: str, run_id: str) -> Path:
+    return Path(out) / "runs" / notebook / f"{run_id}.failed.json"
+
+
+def record_outcome(out: Path, res: TaskResult) -> None:
+    """Keep a failure in ``<out>/runs`` until the task is re-run (its ``.failed.json``); a
+    task that finished removes its old failure."""
+    path = failure_path(out, res.task.notebook, res.run_id)
+    if res.status == "failed":
+        from ..results import write_json_atomic
+
+        write_json_atomic(path, {"status": "failed", "notebook": res.task.notebook,
+                                 "run_id": res.run_id, "parameters": res.task.parameters,
+                                 "error": res.error, "detail": res.detail,
+                                 "seconds": round(res.seconds, 2)})
+    elif res.status == "done":
+        path.unlink(missing_ok=True)
 
 
 def figures_dir_for(out: Path, task: Task, run_id: str, single: bool) -> Path:

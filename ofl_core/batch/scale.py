@@ -1,0 +1,60 @@
+"""The scale of a run: at the papers' settings (a task of ``notebooks/grids/full``) or reduced.
+
+A run is at paper scale when every parameter it runs with (its *effective* parameters,
+defaults included) agrees with one task of the full grid for its notebook: the same value, or
+for a list (seeds, α, methods) a non-empty part of the full task's list. Where the run is,
+and which seeds it uses, never change its scale (``device``, ``data_root``, ``cache_dir``,
+``seeds``). Anything else — the quick defaults, the embedded data, fewer epochs — is reduced
+scale, and the report names the first differences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: parameters that say where or with which seeds a run is, not at what scale
+NOT_SCALE = frozenset({"device", "data_root", "cache_dir", "figures_dir", "seeds"})
+
+
+@dataclass(frozen=True)
+class Scale:
+    """``paper``: at the papers' settings; else ``reason`` names what differs."""
+
+    paper: bool
+    reason: str = ""
+    quick: bool = False
+
+    @property
+    def label(self) -> str:
+        return "paper scale" if self.paper else "reduced scale"
+
+    @property
+    def short(self) -> str:
+        """``paper``, ``quick`` (the notebook's defaults) or ``reduced``."""
+        return "paper" if self.paper else "quick" if self.quick else "reduced"
+
+
+def _agrees(value: object, ref: object) -> bool:
+    if isinstance(value, list) and isinstance(ref, list) and value:
+        return all(v in ref for v in value)
+    return value == ref
+
+
+def run_scale(params: dict, references: Sequence[dict], quick: bool = False) -> Scale:
+    """The scale of a run with effective ``params`` against the effective parameters of its
+    notebook's full-grid tasks (``references``). ``quick``: the run is the notebook's defaults."""
+    best: tuple[list[str], dict] | None = None
+    for ref in references:
+        diffs = sorted(k for k in params.keys() | ref.keys()
+                       if k not in NOT_SCALE and not _agrees(params.get(k), ref.get(k)))
+        if not diffs:
+            return Scale(True)
+        if best is None or len(diffs) < len(best[0]):
+            best = (diffs, ref)
+    if best is None:
+        return Scale(False, "its notebook has no paper-scale grid", quick)
+    diffs, ref = best
+    shown = [f"{k}={params.get(k)!r} (paper {ref.get(k)!r})" for k in diffs[:3]]
+    more = f", and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+    return Scale(False, ("quick defaults: " if quick else "") + ", ".join(shown) + more, quick)

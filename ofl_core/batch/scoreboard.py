@@ -1,0 +1,227 @@
+"""The scoreboard: every paper table any run touched, in the paper's own layout, each cell the
+paper's number beside ours with a verdict; the records that match no paper cell apart.
+
+Verdict of a cell (ours = mean over seeds of the last-epoch accuracy, the number a data-free
+server can report without peeking at the test set; the best epoch is shown beside it):
+
+- *reproduced*: within ``max(2 points, the paper's std)`` of the paper's number;
+- *above* / *below*: further away, up or down;
+- *not comparable*: the run was at reduced scale (quick defaults, embedded data, fewer
+  epochs; :mod:`ofl_core.batch.scale`) — its number is shown, never judged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..results import alpha_key, paper_results, records_frame
+from .coverage import table_order
+
+TOLERANCE = 2.0
+KEYS = ["paper", "table", "dataset", "method", "akey", "partition", "num_clients", "setting"]
+COLUMN_KEYS = ["dataset", "akey", "partition", "num_clients", "setting"]
+DATASET_NAMES = {"mnist": "MNIST", "fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10",
+                 "cifar100": "CIFAR-100", "tinyimagenet": "Tiny-ImageNet"}
+MARKS = {"reproduced": "✓", "above": "▲", "below": "▼", "not comparable": "○"}
+
+
+def verdict(ours: float, paper: float, paper_std: float | None, comparable: bool) -> str:
+    """reproduced / above / below (ours vs the paper's number), or not comparable."""
+    if not comparable:
+        return "not comparable"
+    tol = max(TOLERANCE, paper_std if paper_std is not None and math.isfinite(paper_std) else 0)
+    if abs(ours - paper) <= tol:
+        return "reproduced"
+    return "above" if ours > paper else "below"
+
+
+@dataclass
+class Entry:
+    """Ours in one paper cell: one preset at one scale, over seeds."""
+
+    preset: str
+    paper_scale: bool
+    scale_reason: str
+    last: float
+    std: float | None
+    best: float
+    n_seeds: int
+    verdict: str
+    scale: str  # paper / quick / reduced
+    links: list[tuple[str, str]]  # (run id, notebook)
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.verdict]
+
+
+@dataclass
+class BoardCell:
+    paper: str  # the paper's number as printed (± its std when given)
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass
+class Board:
+    """One paper table: rows = methods (paper's order), columns = the paper's settings."""
+
+    paper: str
+    table: str
+    columns: list[str]
+    rows: list[tuple[str, list[BoardCell | None]]]
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.paper}-{self.table}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts over every cell of the papers' tables."""
+
+    total: int
+    paper_scale: int
+    reduced_only: int
+    not_run: int
+    verdicts: dict[str, int]
+
+
+def annotated_frame(runs: Iterable[dict]) -> pd.DataFrame:
+    """Every record of ``runs`` (finished-run sidecars with ``scale`` and ``href`` added), one
+    row each, with the run's scale and link."""
+    rows = []
+    for run in runs:
+        for rec in run.get("records", []):
+            rows.append({**rec, "run_id": run["run_id"], "notebook": run["notebook"],
+                         "href": run["href"], "paper_scale": run["scale"].paper,
+                         "scale_reason": run["scale"].reason, "scale": run["scale"].short})
+    frame = records_frame(rows)
+    for col in ("run_id", "notebook", "href", "paper_scale", "scale_reason", "scale"):
+        frame[col] = [r[col] for r in rows] if rows else pd.Series(dtype=object)
+    frame["akey"] = frame["alpha"].map(alpha_key)
+    frame["setting"] = frame["setting"].fillna("")
+    return frame
+
+
+def _paper_cells() -> pd.DataFrame:
+    pr = paper_results()
+    pr["akey"] = pr["alpha"].map(alpha_key)
+    return pr
+
+
+def split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records that are cells of a paper table, with the paper's number; the others)."""
+    pr = _paper_cells()
+    merged = frame.merge(pr[KEYS + ["accuracy", "std", "accuracy_text"]], on=KEYS, how="left")
+    hit = merged["accuracy"].notna()
+    return merged[hit].reset_index(drop=True), merged[~hit].reset_index(drop=True)
+
+
+def entries(matched: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, preset, scale): ours over seeds, and the verdict."""
+    cols = KEYS + ["preset", "paper_scale", "scale_reason", "scale"]
+    if matched.empty:
+        return pd.DataFrame(columns=[*cols, "entry"])
+    out = []
+    for key, g in matched.groupby(cols, dropna=False, sort=False):
+        last = g["last_acc"].astype(float)
+        std = float(last.std(ddof=1)) if len(last) > 1 else None
+        paper_std = g["std"].iloc[0]
+        links = list(dict.fromkeys(zip(g["run_id"], g["notebook"], strict=True)))
+        e = Entry(preset=key[-4], paper_scale=bool(key[-3]), scale_reason=key[-2], scale=key[-1],
+                  last=float(last.mean()), std=std, best=float(g["best_acc"].mean()),
+                  n_seeds=int(g["seed"].nunique()),
+                  verdict=verdict(float(last.mean()), float(g["accuracy"].iloc[0]),
+                                  None if pd.isna(paper_std) else float(paper_std),
+                                  bool(key[-3])),
+                  links=links)
+        out.append({**dict(zip(cols, key, strict=True)), "entry": e})
+    return pd.DataFrame(out)
+
+
+def _column_label(row: pd.Series, varying: list[str]) -> str:
+    parts = []
+    for k in varying:
+        v = row[k]
+        if k == "dataset":
+            parts.append(DATASET_NAMES.get(str(v), str(v)))
+        elif k == "akey" and v != "":
+            parts.append(f"α={v}")
+        elif k == "partition" and v != "dirichlet":
+            parts.append(str(v))
+        elif k == "num_clients":
+            parts.append(f"m={v}")
+        elif k == "setting" and v:
+            parts.append(str(v))
+    return " ".join(parts)
+
+
+def boards(ent: pd.DataFrame) -> list[Board]:
+    """A :class:`Board` per paper table with at least one entry, in the papers' order."""
+    pr = _paper_cells()
+    if ent.empty:
+        return []
+    out = []
+    for paper, table in table_order(ent):
+        cells = pr[(pr["paper"] == paper) & (pr["table"] == table)]
+        mine = ent[(ent["paper"] == paper) & (ent["table"] == table)]
+        varying = [k for k in COLUMN_KEYS if cells[k].nunique() > 1] or ["dataset"]
+        touched = mine[COLUMN_KEYS].drop_duplicates()
+        shown = cells.merge(touched, on=COLUMN_KEYS)[COLUMN_KEYS].drop_duplicates()
+        col_keys = [tuple(r) for r in shown.itertuples(index=False)]
+        labels = [_column_label(r, varying) for _, r in shown.iterrows()]
+        rows = []
+        for method in dict.fromkeys(cells["method"]):
+            row: list[BoardCell | None] = []
+            for ck in col_keys:
+                c = cells[(cells["method"] == method)
+                          & (cells[COLUMN_KEYS].apply(tuple, axis=1) == ck)]
+                if c.empty:
+                    row.append(None)
+                    continue
+                std = c["std"].iloc[0]
+                text = c["accuracy_text"].iloc[0] + ("" if pd.isna(std) else f" ± {std:g}")
+                es = mine[(mine["method"] == method)
+                          & (mine[COLUMN_KEYS].apply(tuple, axis=1) == ck)]["entry"]
+                row.append(BoardCell(text, sorted(es, key=lambda e: (not e.paper_scale,
+                                                                       e.preset != "paper"))))
+            if any(c is not None for c in row):
+                rows.append((method, row))
+        out.append(Board(paper, table, labels, rows))
+    return out
+
+
+def summary(ent: pd.DataFrame) -> Summary:
+    """How many of the papers' cells were run at paper scale, at reduced scale only, not at
+    all, and the verdicts of the paper-scale ones (the ``paper`` preset where there is one)."""
+    total = len(_paper_cells())
+    verdicts = dict.fromkeys(("reproduced", "above", "below"), 0)
+    paper_scale = reduced = 0
+    if not ent.empty:
+        for _, g in ent.groupby(KEYS, sort=False):
+            at_paper = [e for e in g["entry"] if e.paper_scale]
+            if not at_paper:
+                reduced += 1
+                continue
+            paper_scale += 1
+            e = next((e for e in at_paper if e.preset == "paper"), at_paper[0])
+            verdicts[e.verdict] += 1
+    return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts)
+
+
+def further(unmatched: pd.DataFrame) -> pd.DataFrame:
+    """Records with no paper cell (figures, our extra methods, settings the papers do not
+    print), as mean over seeds per setting."""
+    cols = ["notebook", "paper", "table", "dataset", "data_source", "method", "preset", "akey",
+            "partition", "num_clients", "setting"]
+    if unmatched.empty:
+        return pd.DataFrame(columns=[*cols, "last", "best", "seeds", "scale"])
+    df = unmatched.assign(data_source=unmatched["data_source"].fillna(""))
+    g = (df.groupby(cols + ["scale"], dropna=False, sort=False)
+         .agg(last=("last_acc", "mean"), best=("best_acc", "mean"), seeds=("seed", "nunique"))
+         .reset_index())
+    return g.rename(columns={"akey": "alpha"}).round(2)
