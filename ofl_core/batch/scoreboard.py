@@ -224,4 +224,7 @@ def further(unmatched: pd.DataFrame) -> pd.DataFrame:
     g = (df.groupby(cols + ["scale"], dropna=False, sort=False)
          .agg(last=("last_acc", "mean"), best=("best_acc", "mean"), seeds=("seed", "nunique"))
          .reset_index())
-    return g.rename(columns={"akey": "alpha"}).round(2)
+    g.insert(1, "of", g.pop("paper") + " " + g.pop("table"))
+    g = g.drop(columns=["dataset"]).rename(columns={"akey": "α", "num_clients": "m",
+                                                    "data_source": "data"})
+    return g.round(2)
