@@ -20,11 +20,16 @@ from torch import nn
 
 from ..clients import ClientUpload
 from ..distill.config import SynthesisConfig, check_distill_config
-from ..distill.generator import build_generator, generator_forward, reinit_generator
+from ..distill.generator import (
+    build_generator,
+    generator_forward,
+    generator_optimizer,
+    sample_latents,
+)
 from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..distill.losses import boundary_support_loss
-from ..distill.pool import ImagePool, augment_batch
+from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
 from ..distill.teachers import TeacherBank
 from ..presets import check_preset
 from .base import ServerContext, ServerResult
@@ -129,16 +134,6 @@ class DenseConfig(SynthesisConfig):
         return "dense" if self.ablation is None else "dense-" + self.ablation.replace("_", "-")
 
 
-def resolve_pool_augment(cfg_value: str, augment: bool, in_channels: int) -> str:
-    """KD-time augmentation of pool images. DENSE's code: flip for MNIST/FMNIST/SVHN, crop+flip
-    for CIFAR; ``"auto"`` approximates it by channels (RGB → crop+flip, grayscale → flip)."""
-    if not augment:
-        return "none"
-    if cfg_value == "auto":
-        return "crop_flip" if in_channels == 3 else "flip"
-    return cfg_value
-
-
 class DenseSynthesizer:
     """DENSE's data-generation stage (Alg. 1 lines 7–11): one generator step on
     L_gen = CE(D(x̂), y) + λ1·L_BN + λ2·L_div (Eq. 5), x̂ = G(z) (optionally augmented).
@@ -227,28 +222,6 @@ class DenseLog:
     t_kd: float = 0.0
     last_x: torch.Tensor | None = None
     last_y: torch.Tensor | None = None
-
-
-def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg: DenseConfig,
-                        rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
-    """G's Adam (G initialised at Alg. 1 line 4; ⚑ ``reinit_generator``: a fresh G and Adam
-    every epoch, as DENSE's code)."""
-    if cfg.reinit_generator and epoch > 0:
-        reinit_generator(gen, rng)
-    if opt_g is None or cfg.reinit_generator:
-        opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
-    return opt_g
-
-
-def sample_latents(cfg: DenseConfig, num_classes: int, rng: torch.Generator,
-                   dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 1 line 6: z ~ N(0, I) (b, nz) and labels y uniform over the C classes
-    (⚑ sorted with ``sorted_labels``)."""
-    z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
-    y = torch.randint(0, num_classes, (cfg.batch_size,), generator=rng)
-    if cfg.sorted_labels:
-        y = y.sort().values
-    return z, y.to(dev)
 
 
 def generation_stage(synth: DenseSynthesizer, z: torch.Tensor, y: torch.Tensor,
