@@ -177,3 +177,19 @@ def test_more_clients_than_samples_is_a_clear_error():
         make_partition(_labels(30), 50, "iid", seed=0)
     with pytest.raises(ValueError, match="use fewer clients"):
         make_partition(_labels(40), 5, "dirichlet", alpha=0.5, seed=0)
+
+
+def test_dirichlet_schemes_side_by_side():
+    from ofl_core.sections.partitions import dirichlet_schemes, side_by_side_counts
+
+    y = _labels(600)
+    parts = dirichlet_schemes(y, 5, [0.3, 1.0], seed=0)
+    assert list(parts) == ["DENSE α=0.3", "Co-Boosting α=0.3", "DENSE α=1.0",
+                           "Co-Boosting α=1.0"]
+    assert parts["DENSE α=0.3"].scheme == "dirichlet"
+    assert parts["Co-Boosting α=0.3"].scheme == "dirichlet_client"
+    text = side_by_side_counts(parts)
+    blocks = text.split("\n\n")
+    assert len(blocks) == 2 and "DENSE α=0.3" in blocks[0] and "Co-Boosting α=0.3" in blocks[0]
+    assert blocks[0].count("total") == 3  # two total columns, one total row
+    assert " 600 " in blocks[0].splitlines()[-1] + " "
