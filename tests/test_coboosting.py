@@ -19,7 +19,13 @@ from ofl_core.coboosting.losses import (
     hard_sample_loss,
     weighted_logits,
 )
-from ofl_core.coboosting.server import CoBoostingConfig, generator_step, start, weight_stage
+from ofl_core.coboosting.server import (
+    CoBoostingConfig,
+    distillation_stage,
+    generator_step,
+    start,
+    weight_stage,
+)
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
@@ -183,6 +189,21 @@ def test_weight_stage_updates_only_the_weights() -> None:
     assert all(p.grad is None for p in c.gen.parameters())
     assert all(torch.equal(a, p) for a, p in zip(gen_before, c.gen.parameters(), strict=True))
     assert all(p.grad is None for p in c.run.student.parameters())
+    assert all(p.grad is None for mdl in c.run.bank.models for p in mdl.parameters())
+    c.run.finish()
+
+
+def test_distillation_stage_updates_only_the_student() -> None:
+    ctx = ServerContext(num_classes=4, in_channels=1, image_size=28, seed=0, progress=False)
+    c = start(_fresh_uploads(), CoBoostingConfig(**TINY, grad_clip=10.0), ctx)
+    c.pool.add(torch.rand(40, 1, 28, 28), torch.randint(0, 4, (40,)))
+    w = c.w.clone()
+    student_before = [p.detach().clone() for p in c.run.student.parameters()]
+    distillation_stage(c)
+    assert c.kd_steps == 2 and math.isfinite(c.kd_losses[0].item())
+    assert any(not torch.equal(a, p) for a, p in
+               zip(student_before, c.run.student.parameters(), strict=True))
+    assert torch.equal(c.w, w) and all(p.grad is None for p in c.gen.parameters())
     assert all(p.grad is None for mdl in c.run.bank.models for p in mdl.parameters())
     c.run.finish()
 
