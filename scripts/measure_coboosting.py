@@ -32,8 +32,8 @@ def main() -> None:
                                  alpha=args.alpha, num_clients=5, seed=s, progress=False,
                                  cache_dir=args.cache_dir, experiment="main_tables",
                                  local=LocalTrainConfig(arch="cnn_mnist", epochs=10)),
-                tuple(configure_methods(["ensemble", "dense", "coboosting"], args.presets,
-                                        common=server)),
+                tuple((n, c, c.preset) for n, c in configure_methods(
+                    ["ensemble", "dense", "coboosting"], args.presets, common=server)),
                 (Serves("dense", "T1"),))
             for s in args.seeds]
     tables = run_tables(runs)
@@ -43,6 +43,12 @@ def main() -> None:
     with pd.option_context("display.width", 120):
         print(frame.groupby(["method", "preset"])[["last_acc", "best_acc", "ensemble_acc",
                                                   "wall_time_s"]].mean().round(2))
+    for (i, name), res in tables.results.items():  # the boosted ensemble A_w vs the mean D
+        if name.startswith("coboosting"):
+            ex = res.extras
+            print(f"seed {args.seeds[i]} {name}: A_w {ex['weighted_ensemble_acc']:.2f} "
+                  f"(mean ensemble {ex['mean_ensemble_acc']:.2f}), w = "
+                  f"{[round(v, 3) for v in ex['ensemble_weights']]}")
 
 
 if __name__ == "__main__":
