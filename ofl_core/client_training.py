@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from .clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
 from .data.datasets import ImageDataset
 from .data.partition import Partition
+from .grouped_training import groupable, train_grouped
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -164,6 +165,17 @@ def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int
     return train(job)
 
 
+def _use_grouped(trainer: str, kind: ClientKind, cfgs: Sequence[Any],
+                 device: str | torch.device, init_state: State | None) -> bool:
+    if trainer not in ("auto", "grouped", "sequential"):
+        raise ValueError(f"trainer must be 'auto', 'grouped' or 'sequential' (got {trainer!r})")
+    if trainer == "sequential" or kind is not CLASSIFIER or init_state is not None:
+        return False
+    if any(c != cfgs[0] for c in cfgs) or cfgs[0].amp or not groupable(cfgs[0], len(cfgs)):
+        return False
+    return trainer == "grouped" or torch.device(device).type == "cuda"
+
+
 def train_clients(
     dataset: ImageDataset,
     partition: Partition,
@@ -174,12 +186,16 @@ def train_clients(
     workers: int | str = "auto",
     progress: bool = True,
     init_state: State | None = None,
+    trainer: str = "auto",
 ) -> list[ClientUpload]:
     """Train every client of ``partition`` (or load it from ``cache``); return the uploads.
 
     ``cfg`` is one client config for all clients or one per client (heterogeneous
     architectures or CVAEs), all of one kind. ``init_state`` (multi-round FL, classifier
-    clients) starts every client from that model, in this process.
+    clients) starts every client from that model, in this process. ``trainer``:
+    ``"grouped"`` trains same-architecture classifier clients at once as one grouped network
+    (:mod:`ofl_core.grouped_training`), ``"sequential"`` one at a time, ``"auto"`` grouped on
+    CUDA (on the CPU one at a time measured as fast: docs/decisions.md).
     """
     refuse_in_starting_worker()
     m = partition.num_clients
@@ -193,6 +209,9 @@ def train_clients(
     kind.check(dataset)
     init_hash = state_hash(init_state) if init_state is not None else None
     keys = [kind.key(dataset, partition, k, c, seed, init_hash) for k, c in enumerate(cfgs)]
+    grouped = _use_grouped(trainer, kind, cfgs, device, init_state)
+    if grouped:  # the grouped kernels round differently: their own cache entries
+        keys = [{**key, "trainer": "grouped"} for key in keys]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
         states = {k: s for k in range(m)
                   if cache is not None and (s := cache.get(keys[k])) is not None}
@@ -210,7 +229,11 @@ def train_clients(
                 cache.put(keys[k], state)
             bar.update(1)
 
-        if n_workers > 1:
+        if grouped and len(todo) > 1:
+            train_grouped([(jobs[k].x, jobs[k].y, client_seed(seed, k)) for k in todo], cfgs[0],
+                          dataset.num_classes, device, init_from=seed,
+                          on_done=lambda j, state: finish(todo[j], state))
+        elif n_workers > 1:
             threads = max(1, torch.get_num_threads() // n_workers)
             try:
                 with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
