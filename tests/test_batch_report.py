@@ -104,6 +104,8 @@ def test_report_scoreboard_structure(tmp_path):
     further = soup.find(id="further").find_next("table")
     assert "ensemble" in further.text and "Fig3" in further.text
     assert "ensemble" not in board.text
+    extras = board.find_next("table")  # ...but beside the table, as "also on these clients"
+    assert "extras" in extras["class"] and "ensemble" in extras.text and "55.00" in extras.text
     # the summary counts cells, and the failure is listed with its tail and its notebook
     summary = soup.find(class_="summary").text
     assert "2 run at paper scale (1 reproduced, 0 above, 1 below)" in " ".join(summary.split())

@@ -152,7 +152,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) ->
     env = jinja2.Environment(loader=jinja2.PackageLoader("ofl_core.batch", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     html = env.get_template("report.html.j2").render(
-        runs=runs, fails=fails, boards=boards(ent), summary=summary(ent),
+        runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
         json=json)
     index = rep / "index.html"

@@ -73,6 +73,8 @@ class Board:
     table: str
     columns: list[str]
     rows: list[tuple[str, list[BoardCell | None]]]
+    #: our other methods run at these columns' settings (no paper cell): (label, texts)
+    extras: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def anchor(self) -> str:
@@ -160,8 +162,10 @@ def _column_label(row: pd.Series, varying: list[str]) -> str:
     return " ".join(parts)
 
 
-def boards(ent: pd.DataFrame) -> list[Board]:
-    """A :class:`Board` per paper table with at least one entry, in the papers' order."""
+def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None) -> list[Board]:
+    """A :class:`Board` per paper table with at least one entry, in the papers' order;
+    ``unmatched`` records labelled for a board's table at one of its columns become its
+    extras (e.g. the ensemble or Co-Boosting beside DENSE Table 1)."""
     pr = _paper_cells()
     if ent.empty:
         return []
@@ -191,7 +195,27 @@ def boards(ent: pd.DataFrame) -> list[Board]:
                                                                        e.preset != "paper"))))
             if any(c is not None for c in row):
                 rows.append((method, row))
-        out.append(Board(paper, table, labels, rows))
+        out.append(Board(paper, table, labels, rows,
+                         _extras(unmatched, paper, table, col_keys)))
+    return out
+
+
+def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
+            col_keys: list[tuple]) -> list[tuple[str, list[str]]]:
+    if unmatched is None or unmatched.empty:
+        return []
+    df = unmatched[(unmatched["paper"] == paper) & (unmatched["table"] == table)]
+    df = df[df[COLUMN_KEYS].apply(tuple, axis=1).isin(col_keys)]
+    out = []
+    for (method, preset), g in df.groupby(["method", "preset"], sort=False):
+        texts = []
+        for ck in col_keys:
+            c = g[g[COLUMN_KEYS].apply(tuple, axis=1) == ck]
+            last = c["last_acc"].astype(float)
+            texts.append("" if c.empty else f"{last.mean():.2f}" + (
+                f" ± {last.std(ddof=1):.2f}" if len(last) > 1 else "")
+                + f" (n={c['seed'].nunique()}, {'/'.join(sorted(set(c['scale'])))})")
+        out.append((method if preset == "paper" else f"{method} ({preset})", texts))
     return out
 
 
