@@ -23,8 +23,9 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
-from .presets import check_fields, check_preset
+from .presets import check_preset
 from .seeds import init_seed
+from .validation import COUNT, NONNEG, POSITIVE, check_config
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,11 @@ class LocalTrainConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
+        check_config(self, {"epochs": NONNEG, "lr": POSITIVE, "momentum": NONNEG,
+                            "weight_decay": NONNEG, "batch_size": COUNT,
+                            "ldam_max_margin": NONNEG, "ldam_scale": POSITIVE})
         if self.arch not in MODEL_NAMES:
             raise ValueError(f"arch: unknown model {self.arch!r}; known: {', '.join(MODEL_NAMES)}")
-        check_fields(self, at_least={"epochs": 0, "batch_size": 1}, positive=("lr",),
-                     choices={"optimizer": ("sgd", "adam"), "loss": ("ce", "ldam"),
-                              "augment": ("none", "crop_flip", "flip")})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> LocalTrainConfig:

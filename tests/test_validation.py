@@ -1,0 +1,152 @@
+"""Bad values at every config boundary (issue 18's "Unclear" list): each is a ``ValueError`` at
+construction that names the class, the field, what it must be and what it got."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import pytest
+
+from ofl_core.methods import METHODS, method_config
+
+INF, NAN = math.inf, math.nan
+
+
+def _cfg(path: str):
+    module, name = path.rsplit(".", 1)
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+BAD_CONFIGS = [
+    # (config class, field, bad value, what the message must say)
+    ("ofl_core.experiment.ExperimentConfig", "num_clients", "5",
+     r"ExperimentConfig\.num_clients must be an int ≥ 1, got '5' \(str\)"),
+    ("ofl_core.experiment.ExperimentConfig", "num_clients", True, r"num_clients .*got True"),
+    ("ofl_core.experiment.ExperimentConfig", "num_clients", 2.0, r"num_clients .*got 2\.0"),
+    ("ofl_core.experiment.ExperimentConfig", "seed", "1", r"ExperimentConfig\.seed must be an int"),
+    ("ofl_core.experiment.ExperimentConfig", "alpha", NAN, r"ExperimentConfig\.alpha .*finite"),
+    ("ofl_core.experiment.ExperimentConfig", "alpha", "0.1", r"ExperimentConfig\.alpha"),
+    ("ofl_core.experiment.ExperimentConfig", "subset", 0.0,
+     r"ExperimentConfig\.subset must be a finite float in \(0, 1\]"),
+    ("ofl_core.experiment.ExperimentConfig", "device", "gpu",
+     r"ExperimentConfig\.device must be one of cpu, cuda, cuda:N, mps or auto, got 'gpu'"),
+    ("ofl_core.experiment.ExperimentConfig", "workers", "many",
+     r"ExperimentConfig\.workers must be an int ≥ 1 or 'auto'"),
+    ("ofl_core.experiment.ExperimentConfig", "workers", 0, r"ExperimentConfig\.workers"),
+    ("ofl_core.experiment.ExperimentConfig", "local", {"epochs": 1},
+     r"ExperimentConfig\.local must be a LocalTrainConfig"),
+    ("ofl_core.experiment.ExperimentConfig", "progress", "no",
+     r"ExperimentConfig\.progress must be a bool"),
+    ("ofl_core.experiment.ExperimentConfig", "cache_dir", 3, r"ExperimentConfig\.cache_dir"),
+    ("ofl_core.clients.LocalTrainConfig", "lr", INF,
+     r"LocalTrainConfig\.lr must be a finite float > 0, got inf"),
+    ("ofl_core.clients.LocalTrainConfig", "lr", -0.1, r"LocalTrainConfig\.lr .*> 0, got -0\.1"),
+    ("ofl_core.clients.LocalTrainConfig", "lr", "0.01", r"LocalTrainConfig\.lr .*got '0\.01'"),
+    ("ofl_core.clients.LocalTrainConfig", "momentum", NAN, r"LocalTrainConfig\.momentum"),
+    ("ofl_core.clients.LocalTrainConfig", "epochs", "5",
+     r"LocalTrainConfig\.epochs must be an int ≥ 0, got '5' \(str\)"),
+    ("ofl_core.clients.LocalTrainConfig", "batch_size", 0, r"LocalTrainConfig\.batch_size"),
+    ("ofl_core.clients.LocalTrainConfig", "model_kwargs", {"conv_relu": True},
+     r"LocalTrainConfig\.model_kwargs must be a tuple of \(a str, any value\) pairs"),
+    ("ofl_core.distill.config.GeneratorConfig", "g_betas", (0.5, 1.0),
+     r"GeneratorConfig\.g_betas must be a tuple of 2 finite floats in \[0, 1\)"),
+    ("ofl_core.methods.dense.DenseConfig", "batched_teachers", "yes",
+     r"DenseConfig\.batched_teachers must be a bool or 'auto'"),
+    ("ofl_core.methods.dense.DenseConfig", "adv_weight", INF, r"DenseConfig\.adv_weight"),
+    ("ofl_core.methods.dafl.FedDAFLConfig", "ie_weight", -1.0,
+     r"FedDAFLConfig\.ie_weight must be a finite float ≥ 0"),
+    ("ofl_core.methods.adi.FedADIConfig", "tv_weight", NAN, r"FedADIConfig\.tv_weight"),
+    ("ofl_core.fedhydra.server.FedHydraConfig", "strat_group", "2",
+     r"FedHydraConfig\.strat_group must be an int ≥ 1 or 'auto'"),
+    ("ofl_core.methods.fedavg.FedAvgConfig", "weighted", "yes",
+     r"FedAvgConfig\.weighted must be a bool"),
+    ("ofl_core.methods.fedoneshot.FedOneShotConfig", "combine", "max",
+     r"FedOneShotConfig\.combine must be one of \('mean_softmax', 'vote', 'mean_logits'\)"),
+    ("ofl_core.methods.ot_fusion.OTFusionConfig", "anchor", 1.5,
+     r"OTFusionConfig\.anchor must be an int ≥ 0 or 'largest'"),
+    ("ofl_core.fedcvae.clients.CVAETrainConfig", "prior_mean", (0.0, NAN),
+     r"CVAETrainConfig\.prior_mean must be a tuple of finite floats or None"),
+    ("ofl_core.fedcvae.clients.CVAETrainConfig", "latent_dim", "10",
+     r"CVAETrainConfig\.latent_dim must be an int ≥ 1"),
+    ("ofl_core.fedcvae.clients.CVAETrainConfig", "label_noise_seed", 1.0,
+     r"CVAETrainConfig\.label_noise_seed must be an int or None"),
+    ("ofl_core.fedcvae.server.FedCVAEEnsConfig", "trunc_width", INF,
+     r"FedCVAEEnsConfig\.trunc_width must be a finite float > 0 or None"),
+    ("ofl_core.fedcvae.server.FedCVAEKDConfig", "kd_epochs", "7",
+     r"FedCVAEKDConfig\.kd_epochs must be an int ≥ 0 or None, got '7'"),
+    ("ofl_core.fedcvae.security.FedCVAESecurityConfig", "bounds", (1.0, -10.0),
+     r"FedCVAESecurityConfig\.bounds must be a tuple of finite floats > 0"),
+    ("ofl_core.batch.config.ExecutorConfig", "jobs", "4",
+     r"ExecutorConfig\.jobs must be an int ≥ 1, got '4' \(str\)"),
+    ("ofl_core.batch.config.ExecutorConfig", "task_timeout", NAN,
+     r"ExecutorConfig\.task_timeout must be a finite float > 0 or None"),
+]
+
+
+@pytest.mark.parametrize("cls, field, value, message", BAD_CONFIGS,
+                         ids=[f"{c.rsplit('.', 1)[1]}.{f}={v!r}" for c, f, v, _ in BAD_CONFIGS])
+def test_a_bad_config_value_is_refused_at_construction_naming_the_field(cls, field, value,
+                                                                        message):
+    with pytest.raises(ValueError, match=message):
+        _cfg(cls)(**{field: value})
+
+
+def test_fedcvae_hparams_are_checked_too():
+    from ofl_core.fedcvae.hparams import FEDCVAE_HPARAMS, FedCVAEHParams
+
+    good = dataclasses.asdict(FEDCVAE_HPARAMS["mnist"])
+    with pytest.raises(ValueError, match=r"FedCVAEHParams\.kd_trunc_width must be a finite "
+                                         r"float > 0, got -1\.0"):
+        FedCVAEHParams(**{**good, "kd_trunc_width": -1.0})
+
+
+SERVER_EPOCHS = [(name, f) for name in sorted(METHODS) for f in ("epochs", "classifier_epochs")
+                 if f in {x.name for x in dataclasses.fields(METHODS[name][0])}]
+
+
+@pytest.mark.parametrize("name, field", SERVER_EPOCHS)
+@pytest.mark.parametrize("value", ["5", 5.0, -1, True])
+def test_server_epochs_of_every_method_must_be_an_int(name, field, value):
+    cls = METHODS[name][0].__name__
+    with pytest.raises(ValueError, match=re.escape(f"{cls}.{field} must be an int ≥ 0")
+                       + f".*got {re.escape(repr(value))}"):
+        method_config(name, **{field: value})
+
+
+def _fields(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(METHODS[name][0])}
+
+
+BAD_SERVER_VALUES = [(name, field, value) for name in sorted(METHODS)
+                     for field, value in [("kd_lr", INF), ("kd_lr", NAN), ("kd_lr", -1e-3),
+                                          ("g_lr", INF), ("classifier_lr", NAN), ("preset", 1)]
+                     if field in _fields(name)]
+
+
+@pytest.mark.parametrize("name, field, value", BAD_SERVER_VALUES)
+def test_server_learning_rates_must_be_finite_and_positive_and_presets_str(name, field, value):
+    cls = METHODS[name][0].__name__
+    with pytest.raises(ValueError, match=re.escape(f"{cls}.{field} must be a ")
+                       + f".*, got {re.escape(repr(value))} \\({type(value).__name__}\\)"):
+        METHODS[name][0](**{field: value})
+
+
+def test_every_default_config_and_preset_still_builds():
+    from ofl_core.batch.config import ExecutorConfig
+    from ofl_core.experiment import ExperimentConfig
+    from ofl_core.fedcvae.clients import CVAETrainConfig
+    from ofl_core.fedcvae.security import FedCVAESecurityConfig
+
+    for name in METHODS:
+        for preset in ("paper", "authors_code"):
+            method_config(name, preset)
+    for make in (ExperimentConfig, CVAETrainConfig, FedCVAESecurityConfig, ExecutorConfig):
+        make()
+    # what callers pass that is not the annotated type but means the same stays accepted
+    import numpy as np
+
+    ExperimentConfig(num_clients=np.int64(3), alpha=1, subset=np.float32(0.5), cache_dir=None,
+                     archs=["cnn_mnist"] * 3, workers=2, device="cuda:0")
+    ExecutorConfig(walltime=60, memory=8, job_directives=("--qos=x",))
