@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from .clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
 from .data.datasets import ImageDataset
-from .data.partition import Partition
+from .data.partition import Partition, check_no_empty_client
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -183,6 +183,8 @@ def train_clients(
     """
     refuse_in_starting_worker()
     m = partition.num_clients
+    check_no_empty_client(partition.sizes, partition.scheme, partition.alpha, partition.seed,
+                          partition.subset)  # a hand-made partition too
     cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
     if len(cfgs) != m:
         raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")

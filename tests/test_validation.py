@@ -150,3 +150,38 @@ def test_every_default_config_and_preset_still_builds():
     ExperimentConfig(num_clients=np.int64(3), alpha=1, subset=np.float32(0.5), cache_dir=None,
                      archs=["cnn_mnist"] * 3, workers=2, device="cuda:0")
     ExecutorConfig(walltime=60, memory=8, job_directives=("--qos=x",))
+
+
+# ------------------------------------------------------------------ partitions: no empty client
+
+
+@pytest.mark.parametrize("labels, kw, message", [
+    (list(range(40)), dict(num_clients=30, scheme="dirichlet_fedcvae", alpha=0.5, seed=3),
+     r"client 4 \(and 5 more\) of 30 gets 0 samples \(scheme='dirichlet_fedcvae', alpha=0\.5, "
+     r"seed=3, subset=1\.0\).*larger alpha, fewer clients.*another seed"),
+    ([0, 0, 1, 1], dict(num_clients=2, scheme="classes_per_client", seed=0),
+     r"client 1 of 2 gets 0 samples \(scheme='classes_per_client', seed=0.*fewer clients"),
+])
+def test_a_partition_that_leaves_a_client_empty_is_refused(labels, kw, message):
+    import numpy as np
+
+    from ofl_core.data.partition import make_partition
+
+    y = np.asarray(labels) % 4
+    with pytest.raises(ValueError, match=message):
+        make_partition(y, kw.pop("num_clients"), kw.pop("scheme"), num_classes=4, **kw)
+
+
+def test_an_empty_client_never_reaches_training(tiny_dataset, monkeypatch):
+    import numpy as np
+
+    from ofl_core import client_training
+    from ofl_core.clients import LocalTrainConfig
+    from ofl_core.data.partition import Partition
+
+    part = Partition(client_indices=(np.arange(10), np.arange(0)),
+                     counts=np.array([[10, 0, 0, 0], [0, 0, 0, 0]]), scheme="iid", seed=0)
+    monkeypatch.setattr(client_training, "train_local", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(ValueError, match="client 1 of 2 gets 0 samples"):
+        client_training.train_clients(tiny_dataset, part, LocalTrainConfig(epochs=1), seed=0,
+                                      workers=1, progress=False)
