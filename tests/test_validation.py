@@ -185,3 +185,32 @@ def test_an_empty_client_never_reaches_training(tiny_dataset, monkeypatch):
     with pytest.raises(ValueError, match="client 1 of 2 gets 0 samples"):
         client_training.train_clients(tiny_dataset, part, LocalTrainConfig(epochs=1), seed=0,
                                       workers=1, progress=False)
+
+
+# ------------------------------------------------------------------ FedCVAE decoder uploads
+
+
+@pytest.mark.parametrize("counts, message", [
+    ((1e308, 10, 10, 10), r"label_counts\[0\] must be an integer ≥ 0 and ≤ 1e\+12 .*got 1e\+308 "
+                          r"\(float\)"),
+    ((10, 10**13, 10, 10), r"label_counts\[1\] must be an integer.*got 10000000000000 \(int\)"),
+    ((10, 10, -1, 10), r"label_counts\[2\] must be an integer ≥ 0.*got -1 \(int\)"),
+    ((10, 10, 10, 2.5), r"label_counts\[3\] .*got 2\.5 \(float\)"),
+    ((NAN, 10, 10, 10), r"label_counts\[0\] .*got nan \(float\)"),
+    ((True, 10, 10, 10), r"label_counts\[0\] .*got True \(bool\)"),
+    (("10", 10, 10, 10), r"label_counts\[0\] .*got '10' \(str\)"),
+    ((10, 10, 10), r"label_counts must give one count per class \(4\), got \(10, 10, 10\)"),
+    ("1234", r"label_counts must give one count per class \(4\), got '1234'"),
+    (None, r"label_counts must give one count per class \(4\), got None"),
+])
+def test_fedcvae_label_counts_are_integer_counts(counts, message):
+    from ofl_core.clients import ClientUpload, UploadError, validate_upload
+    from ofl_core.models.cvae import build_decoder
+
+    up = ClientUpload(client_id=3, arch="cvae", num_classes=4, in_channels=1, image_size=32,
+                      state_dict=build_decoder("cvae", 4, 1, 32, 2).state_dict(),
+                      num_samples=40, model_kwargs={"latent_dim": 2}, label_counts=counts,
+                      kind="decoder")
+    with pytest.raises(UploadError, match=f"client 3: {message}"):
+        validate_upload(up, "decoder")
+    validate_upload(dataclasses.replace(up, label_counts=(10, 0, 20, 10)), "decoder")
