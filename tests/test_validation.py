@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 
 import pytest
+import torch
 
 from ofl_core.methods import METHODS, method_config
 
@@ -214,3 +216,108 @@ def test_fedcvae_label_counts_are_integer_counts(counts, message):
     with pytest.raises(UploadError, match=f"client 3: {message}"):
         validate_upload(up, "decoder")
     validate_upload(dataclasses.replace(up, label_counts=(10, 0, 20, 10)), "decoder")
+
+
+# ------------------------------------------------------------------ the client cache
+
+
+@pytest.mark.parametrize("how", ["env", "cache_dir", "under a file"])
+def test_a_cache_folder_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch, how):
+    from ofl_core.upload_cache import UploadCache
+
+    f = tmp_path / "cache.txt"
+    f.write_text("not a folder")
+    if how == "env":
+        monkeypatch.setenv("OFL_CACHE_DIR", str(f))
+        with pytest.raises(ValueError, match=f"{re.escape(str(f))} \\(from \\$OFL_CACHE_DIR\\) "
+                                             "is a file, not a folder"):
+            UploadCache()
+    elif how == "cache_dir":
+        with pytest.raises(ValueError, match=f"{re.escape(str(f))} \\(from cache_dir\\) is a "
+                                             "file"):
+            UploadCache(f)
+    else:
+        with pytest.raises(ValueError, match=f"is under {re.escape(str(f))}, which is a file"):
+            UploadCache(f / "clients")
+
+
+def _train(dataset, cache, **kw):
+    from ofl_core.client_training import train_clients
+    from ofl_core.clients import LocalTrainConfig
+    from ofl_core.data.partition import make_partition
+
+    part = make_partition(dataset.y_train.numpy(), 2, "iid", seed=0)
+    return train_clients(dataset, part, LocalTrainConfig(epochs=1), seed=0, cache=cache,
+                         workers=1, progress=False, **kw)
+
+
+def test_a_read_only_cache_that_holds_every_entry_just_works(tmp_path, monkeypatch,
+                                                            tiny_dataset):
+    import errno
+    import warnings
+
+    from ofl_core import client_training, upload_cache
+    from ofl_core.upload_cache import UploadCache
+
+    first = _train(tiny_dataset, UploadCache(tmp_path))
+    for p in tmp_path.glob("*.lock"):
+        p.unlink()
+
+    def read_only(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    # what a read-only folder refuses: creating a lock file, writing, removing
+    monkeypatch.setattr(upload_cache.FileLock, "acquire", read_only)
+    monkeypatch.setattr(upload_cache.torch, "save", read_only)
+    monkeypatch.setattr(client_training, "train_local", lambda *a, **k: pytest.fail("trained"))
+    cache = UploadCache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = _train(tiny_dataset, cache)
+    assert cache.hits == 2 and all(
+        torch.equal(a.state_dict[k], b.state_dict[k]) for a, b in zip(first, again, strict=True)
+        for k in a.state_dict)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes through read-only permissions")
+def test_a_chmod_read_only_cache_folder_is_read_without_locks(tmp_path, tiny_dataset):
+    import warnings
+
+    from ofl_core.upload_cache import UploadCache
+
+    _train(tiny_dataset, UploadCache(tmp_path / "c"))
+    for p in (tmp_path / "c").glob("*.lock"):
+        p.unlink()
+    (tmp_path / "c").chmod(0o555)
+    try:
+        cache = UploadCache(tmp_path / "c")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _train(tiny_dataset, cache)
+        assert cache.hits == 2
+    finally:
+        (tmp_path / "c").chmod(0o755)
+
+
+def test_a_cache_entry_with_missing_or_wrong_tensors_is_corrupt_and_retrained(tmp_path,
+                                                                             tiny_dataset):
+    from ofl_core.upload_cache import UploadCache
+
+    cache = UploadCache(tmp_path)
+    _train(tiny_dataset, cache)
+    a, b = sorted(tmp_path.glob("*.pt"))
+    for path, change in ((a, lambda s: s.pop("fc.bias")),
+                         (b, lambda s: s.update({"fc.weight": torch.zeros(2, 2)}))):
+        obj = torch.load(path, weights_only=True)
+        change(obj["state"])
+        torch.save(obj, path)
+    cache = UploadCache(tmp_path)
+    with pytest.warns(UserWarning, match=r"cache entry .*\.pt is not a valid client \(client "
+                                         r"\d: .*(missing \['fc\.bias'\]|has shape \(2, 2\))"
+                                         r".*\): removed, the client is trained again"):
+        ups = _train(tiny_dataset, cache)
+    assert cache.misses == 2 and cache.hits == 0 and len(ups) == 2
+    fresh = UploadCache(tmp_path)
+    _train(tiny_dataset, fresh)
+    assert fresh.hits == 2  # the retrained clients were stored again
