@@ -321,3 +321,89 @@ def test_a_cache_entry_with_missing_or_wrong_tensors_is_corrupt_and_retrained(tm
     fresh = UploadCache(tmp_path)
     _train(tiny_dataset, fresh)
     assert fresh.hits == 2  # the retrained clients were stored again
+
+
+# ------------------------------------------------------------------ dataset files
+
+
+def _idx(n: int, images: bool) -> bytes:
+    import struct
+
+    import numpy as np
+
+    if not images:
+        return struct.pack(">II", 2049, n) + (np.arange(n) % 10).astype(np.uint8).tobytes()
+    pixels = np.random.RandomState(0).randint(0, 256, n * 784).astype(np.uint8).tobytes()
+    return struct.pack(">IIII", 2051, n, 28, 28) + pixels
+
+
+FMNIST_FILES = {"train-images-idx3-ubyte": (20, True), "train-labels-idx1-ubyte": (20, False),
+                "t10k-images-idx3-ubyte": (10, True), "t10k-labels-idx1-ubyte": (10, False)}
+
+
+@pytest.mark.parametrize("where, damage, message", [
+    ("raw", lambda b: b[:5000], r"FashionMNIST/raw/train-images-idx3-ubyte is truncated or "
+                                r"corrupt \(5000 bytes, its header says 15696\): delete it and "
+                                r"fetch it again"),
+    ("raw", lambda b: b"<html>404</html>", r"train-images-idx3-ubyte is truncated or corrupt "
+                                           r"\(not an idx file \(bad header\)\)"),
+    ("gz", lambda b: __import__("gzip").compress(b)[:3000],
+     r"train-images-idx3-ubyte\.gz is truncated or corrupt \(Compressed file ended"),
+    ("gz", lambda b: __import__("gzip").compress(b[:-10]),
+     r"train-images-idx3-ubyte\.gz is truncated or corrupt \(15686 bytes, its header says "
+     r"15696\)"),
+])
+def test_a_truncated_idx_or_gz_file_names_the_file_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                      where, damage, message):
+    import gzip
+
+    from ofl_core.data import datasets as D
+    from ofl_core.data.idx import DatasetFileError
+
+    monkeypatch.setattr(D, "SYSTEM_DIRS", {"fmnist": (), "mnist": ()})
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for stem, (n, images) in FMNIST_FILES.items():
+        blob = _idx(n, images)
+        if where == "raw":
+            (raw / stem).write_bytes(damage(blob) if stem.startswith("train-images") else blob)
+        else:
+            (tmp_path / f"{stem}.gz").write_bytes(
+                damage(blob) if stem.startswith("train-images") else gzip.compress(blob))
+    with pytest.raises(DatasetFileError, match=message):
+        D.load_dataset("fmnist", tmp_path)
+    assert not [p.name for p in raw.iterdir() if ".tmp" in p.name]
+    if where == "gz":
+        assert not (raw / "train-images-idx3-ubyte").exists()
+
+
+def _tiny_imagenet(root):
+    from PIL import Image
+
+    base = root / "tiny-imagenet-200"
+    for w in ("n01", "n02"):
+        (base / "train" / w / "images").mkdir(parents=True)
+        Image.new("RGB", (64, 64)).save(base / "train" / w / "images" / f"{w}_0.JPEG")
+    (base / "val" / "images").mkdir(parents=True)
+    Image.new("RGB", (64, 64)).save(base / "val" / "images" / "val_0.JPEG")
+    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn02\t0\t0\t64\t64\n")
+
+
+@pytest.mark.parametrize("content", [b"PK\x03\x04 cut short", "missing keys"])
+def test_a_corrupt_tinyimagenet_cache_is_rebuilt_or_named(tmp_path, content):
+    from ofl_core.data.datasets import load_dataset
+    from ofl_core.data.idx import DatasetFileError
+
+    cache = tmp_path / "tinyimagenet_uint8.pt"
+    if isinstance(content, bytes):
+        cache.write_bytes(content)
+    else:
+        torch.save({"x_train": torch.zeros(1, 3, 64, 64, dtype=torch.uint8)}, cache)
+    with pytest.raises(DatasetFileError, match=f"dataset cache {re.escape(str(cache))} is "
+                                               "corrupt .*delete it and put tiny-imagenet-200/"):
+        load_dataset("tinyimagenet", tmp_path)
+    _tiny_imagenet(tmp_path)
+    with pytest.warns(UserWarning, match="tinyimagenet_uint8.pt is corrupt.*rebuilt"):
+        ds = load_dataset("tinyimagenet", tmp_path)
+    assert len(ds.y_train) == 2 and ds.classes == ("n01", "n02")
+    assert not list(tmp_path.glob("*.tmp*"))
