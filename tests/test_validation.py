@@ -407,3 +407,64 @@ def test_a_corrupt_tinyimagenet_cache_is_rebuilt_or_named(tmp_path, content):
         ds = load_dataset("tinyimagenet", tmp_path)
     assert len(ds.y_train) == 2 and ds.classes == ("n01", "n02")
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+# ------------------------------------------------------- run_all.py: --out, --cluster-config
+
+
+def _run_all(argv, monkeypatch, capsys):
+    import run_all
+
+    monkeypatch.setattr(run_all, "run_grid", lambda *a, **k: pytest.fail("a task ran"))
+    rc = run_all.main(["--quick", "--only", "partitions", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    return err
+
+
+def test_out_that_is_a_file_is_one_error_line(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "out.txt"
+    f.write_text("")
+    err = _run_all(["--out", str(f)], monkeypatch, capsys)
+    assert f"--out {f} is a file, not a folder" in err
+    err = _run_all(["--out", str(f / "sub")], monkeypatch, capsys)
+    assert f"--out {f / 'sub'}: cannot write there" in err
+
+
+def test_out_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import run_all
+
+    def read_only(*a, **k):
+        raise PermissionError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(run_all.tempfile, "TemporaryFile", read_only)
+    err = _run_all(["--out", str(tmp_path)], monkeypatch, capsys)
+    assert f"--out {tmp_path}: cannot write there (Read-only file system)" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes through read-only permissions")
+def test_out_in_a_chmod_read_only_folder_is_one_error_line(tmp_path, monkeypatch, capsys):
+    tmp_path.chmod(0o555)
+    try:
+        err = _run_all(["--out", str(tmp_path)], monkeypatch, capsys)
+    finally:
+        tmp_path.chmod(0o755)
+    assert "cannot write there (Permission denied)" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, r"--cluster-config: executor config file .*cluster\.yaml not found"),
+    ("jobs: [1, 2", r"--cluster-config .*cluster\.yaml: not valid YAML"),
+    ("jobs: four", r"ExecutorConfig\.jobs must be an int ≥ 1, got 'four' \(str\)"),
+])
+def test_a_bad_cluster_config_file_is_one_error_line(tmp_path, monkeypatch, capsys, text,
+                                                     message):
+    path = tmp_path / "cluster.yaml"
+    if text is not None:
+        path.write_text(text)
+    err = _run_all(["--out", str(tmp_path / "out"), "--cluster-config", str(path)],
+                   monkeypatch, capsys)
+    assert re.search(message, err), err
