@@ -18,7 +18,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,22 +140,24 @@ def describe(tp: Any, bound: Bound | None = None, plural: bool = False) -> str:
     return f"{name} objects" if plural else f"a {name}"
 
 
-def check_config(cfg: Any, ranges: Mapping[str, Bound] | None = None,
-                 choices: Mapping[str, Sequence[Any]] | None = None) -> None:
+def shown(v: object, limit: int = 80) -> str:
+    """``repr(v)``, cut to ``limit`` characters (a bad value can be a large object)."""
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def check_config(cfg: Any, ranges: Mapping[str, Bound] | None = None) -> None:
     """Check every field of the dataclass ``cfg`` against its type hint and ``ranges``
-    (field → :class:`Bound`), and ``choices`` (field → allowed values, for plain ``str``
-    fields); the preset too, when the config has one. Raises ``ValueError`` naming the field."""
+    (field → :class:`Bound`; a name the class lacks is ignored, so a base class can give its
+    subclasses' ranges); the preset too, when the config has one. Raises ``ValueError`` naming
+    the class and the field."""
     cls = type(cfg)
     ranges = ranges or {}
     for name, tp in type_hints(cls).items():
         v = getattr(cfg, name)
         if not matches(tp, v, ranges.get(name)):
             raise ValueError(f"{cls.__name__}.{name} must be {describe(tp, ranges.get(name))}, "
-                             f"got {v!r} ({type(v).__name__})")
-    for name, allowed in (choices or {}).items():
-        if getattr(cfg, name) not in allowed:
-            raise ValueError(f"{cls.__name__}.{name} must be one of {tuple(allowed)}, "
-                             f"got {getattr(cfg, name)!r}")
+                             f"got {shown(v)} ({type(v).__name__})")
     if hasattr(cfg, "preset"):
         check_preset(cfg.preset)
 
@@ -167,9 +169,9 @@ _DEVICE = re.compile(r"cpu|cuda|cuda:\d+|mps|auto")
 def check_device(device: object, where: str = "device") -> None:
     """A device name: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``."""
     if not isinstance(device, str) or not _DEVICE.fullmatch(device):
-        raise ValueError(f"{where} must be one of {DEVICES}, got {device!r} "
+        raise ValueError(f"{where} must be one of {DEVICES}, got {shown(device)} "
                          f"({type(device).__name__})")
 
 
 __all__ = ["COUNT", "DEVICES", "NONNEG", "POSITIVE", "Bound", "above", "at_least",
-           "check_config", "check_device", "describe", "matches", "type_hints", "within"]
+           "check_config", "check_device", "describe", "matches", "shown", "type_hints", "within"]

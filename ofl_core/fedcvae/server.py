@@ -98,7 +98,7 @@ class ClassifierServerConfig:
     eval_every: int = 1
     preset: str = "paper"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # the ranges of FedCVAEKDConfig's kd_* fields too
         check_config(self, {"num_samples": COUNT, "classifier_epochs": NONNEG,
                             "trunc_width": POSITIVE, "classifier_lr": POSITIVE,
                             "batch_size": COUNT, "eval_every": NONNEG, "kd_samples": COUNT,
