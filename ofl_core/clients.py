@@ -23,8 +23,9 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
-from .presets import check_fields, check_preset
+from .presets import check_preset
 from .seeds import init_seed
+from .validation import COUNT, NONNEG, POSITIVE, check_config
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,11 @@ class LocalTrainConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
+        check_config(self, {"epochs": NONNEG, "lr": POSITIVE, "momentum": NONNEG,
+                            "weight_decay": NONNEG, "batch_size": COUNT,
+                            "ldam_max_margin": NONNEG, "ldam_scale": POSITIVE})
         if self.arch not in MODEL_NAMES:
             raise ValueError(f"arch: unknown model {self.arch!r}; known: {', '.join(MODEL_NAMES)}")
-        check_fields(self, at_least={"epochs": 0, "batch_size": 1}, positive=("lr",),
-                     choices={"optimizer": ("sgd", "adam"), "loss": ("ce", "ldam"),
-                              "augment": ("none", "crop_flip", "flip")})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> LocalTrainConfig:
@@ -103,6 +104,9 @@ class UploadError(ValueError):
 #: the largest |value| a trained model's float tensor may hold (trained weights and BN
 #: statistics on [0, 1] images stay far below; a scaled or poisoned upload does not)
 MAX_ABS_WEIGHT = 1e6
+#: the largest per-class sample count a decoder upload may claim (far above any dataset; a
+#: count of 1e308 made the label distribution's sum overflow)
+MAX_LABEL_COUNT = 10**12
 
 
 def check_upload_header(upload: ClientUpload, num_classes: int, in_channels: int,
@@ -203,19 +207,28 @@ def _decoder_of(upload: ClientUpload, who: str) -> tuple[nn.Module, str]:
     extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
     if extra_kw:
         raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
-    counts = upload.label_counts
-    if counts is None or len(counts) != upload.num_classes:
-        raise UploadError(f"{who}: label_counts must give one count per class "
-                          f"({upload.num_classes}), got {counts!r}")
-    c = np.asarray(counts, dtype=np.float64)
-    if not np.all(np.isfinite(c)) or np.any(c < 0):
-        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
+    check_label_counts(upload.label_counts, upload.num_classes, who)
     try:
         dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
                             upload.image_size, d)
     except ValueError as e:
         raise UploadError(f"{who}: {e}") from None
     return dec, f"for {upload.arch!r} with latent_dim={d}"
+
+
+def check_label_counts(counts: object, num_classes: int, who: str) -> None:
+    """A decoder upload's ``label_counts``: one integer count per class, each in
+    0 … :data:`MAX_LABEL_COUNT` (not a bool, float, NaN or a negative number)."""
+    if (not isinstance(counts, tuple | list | np.ndarray) or np.ndim(counts) != 1
+            or len(counts) != num_classes):
+        raise UploadError(f"{who}: label_counts must give one count per class "
+                          f"({num_classes}), got {counts!r}")
+    for i, v in enumerate(counts):
+        if (not isinstance(v, int | np.integer) or isinstance(v, bool | np.bool_)
+                or not 0 <= v <= MAX_LABEL_COUNT):
+            raise UploadError(f"{who}: label_counts[{i}] must be an integer ≥ 0 and ≤ "
+                              f"{MAX_LABEL_COUNT:.0e} (a class's sample count), got {v!r} "
+                              f"({type(v).__name__})")
 
 
 def ldam_loss(
