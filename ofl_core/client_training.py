@@ -33,6 +33,7 @@ from .clients import (
 from .data.datasets import ImageDataset
 from .data.partition import Partition, check_no_empty_client
 from .grouped_training import groupable, train_grouped
+from .precision import resolve_amp
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -202,7 +203,7 @@ def _use_grouped(trainer: str, kind: ClientKind, cfgs: Sequence[Any],
         raise ValueError(f"trainer must be 'auto', 'grouped' or 'sequential' (got {trainer!r})")
     if trainer == "sequential" or kind is not CLASSIFIER or init_state is not None:
         return False
-    if any(c != cfgs[0] for c in cfgs) or cfgs[0].amp or not groupable(cfgs[0], len(cfgs)):
+    if any(c != cfgs[0] for c in cfgs) or not groupable(cfgs[0], len(cfgs)):
         return False
     return trainer == "grouped" or torch.device(device).type == "cuda"
 
@@ -245,6 +246,9 @@ def train_clients(
     grouped = _use_grouped(trainer, kind, cfgs, device, init_state)
     if grouped:  # the grouped kernels round differently: their own cache entries
         keys = [{**key, "trainer": "grouped"} for key in keys]
+    if kind is CLASSIFIER:  # "auto" precision depends on the machine: key what it resolves to
+        keys = [{**key, "amp": resolve_amp(c.amp, device)} for key, c in zip(keys, cfgs,
+                                                                              strict=True)]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
         states = cached_states(cache, kind, keys, dataset, partition, cfgs, seed)
         todo = [k for k in range(m) if k not in states]

@@ -23,6 +23,7 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
+from .precision import resolve_amp
 from .presets import check_preset
 from .seeds import init_seed
 from .validation import COUNT, NONNEG, POSITIVE, check_config
@@ -39,8 +40,9 @@ class LocalTrainConfig:
 
     Speed options, as the server methods have them: ``channels_last`` (convolutions on
     channels-last tensors; "auto" = on the CPU, where it is ~1.4× faster; float32 all the same,
-    equal up to rounding) and ``amp`` (bfloat16 autocast; off by default: see
-    docs/decisions.md for where it was measured against float32).
+    equal up to rounding) and ``amp`` (bfloat16 autocast; "auto" = where bfloat16 is native,
+    :mod:`ofl_core.precision`; measured against float32 in docs/decisions.md; False keeps
+    float32).
     """
 
     arch: str = "cnn_mnist"
@@ -57,7 +59,7 @@ class LocalTrainConfig:
     bn_eval_after_first_epoch: bool = False
     model_kwargs: tuple[tuple[str, object], ...] = ()
     channels_last: bool | Literal["auto"] = "auto"
-    amp: bool = False
+    amp: bool | Literal["auto"] = "auto"
     preset: str = "paper"
 
     def __post_init__(self) -> None:
@@ -286,6 +288,7 @@ def train_local(
         dev.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in model.modules()))
     if channels_last:
         model.to(memory_format=torch.channels_last)
+    amp = resolve_amp(cfg.amp, dev)
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
@@ -308,7 +311,7 @@ def train_local(
                 xb = random_crop_flip(xb, crop=cfg.augment == "crop_flip", generator=gen)
             if channels_last:
                 xb = xb.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
                 logits = model(xb)
             logits = logits.float()
             if cfg.loss == "ldam":

@@ -28,6 +28,7 @@ from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
 from .methods import METHODS, ServerContext, ServerResult, method_config, run_method
+from .precision import precision_label, resolve_amp
 from .results import ResultRecord
 from .upload_cache import UploadCache
 from .validation import COUNT, NONNEG, check_config, check_device, within
@@ -133,6 +134,7 @@ class Setup:
     client_accs: list[float]
     ensemble_acc: float | None
     device: str
+    local_amp: bool = False  # the clients trained under bfloat16 autocast
 
     def context(self, seed: int | None = None) -> ServerContext:
         ds = self.dataset
@@ -178,6 +180,7 @@ class Setup:
             data_source=self.dataset.name,
             best_client_acc=round(max(accs), 4) if accs else None,
             mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
+            precision=precision_label(self.local_amp, bool(getattr(config, "amp", False))),
         )
 
 
@@ -213,8 +216,10 @@ def setup_experiment(
     ens: float | None = None
     if uploads[0].kind == "classifier":
         accs, ens = client_accuracies(uploads, ds, device)
+    first = clients[0] if isinstance(clients, Sequence) else clients
     return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=accs,
-                 ensemble_acc=ens, device=device)
+                 ensemble_acc=ens, device=device,
+                 local_amp=resolve_amp(getattr(first, "amp", False), device))
 
 
 def method_key(name: str, config: Any, names: Sequence[str]) -> str:
