@@ -48,6 +48,7 @@ class ResultRecord:
     data_source: str = ""
     best_client_acc: float | None = None
     mean_client_acc: float | None = None
+    precision: str = ""  # e.g. "local=bf16;server=fp32" ("" in records made before it)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -44,6 +44,7 @@ class Entry:
     """Ours in one paper cell: one preset at one scale, over seeds."""
 
     preset: str
+    precision: str  # "local=bf16;server=fp32", "" for records made before precision was kept
     paper_scale: bool
     scale_reason: str
     last: float
@@ -73,6 +74,8 @@ class Board:
     table: str
     columns: list[str]
     rows: list[tuple[str, list[BoardCell | None]]]
+    #: our other methods run at these columns' settings (no paper cell): (label, texts)
+    extras: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def anchor(self) -> str:
@@ -123,16 +126,18 @@ def split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def entries(matched: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, preset, scale): ours over seeds, and the verdict."""
-    cols = KEYS + ["preset", "paper_scale", "scale_reason", "scale"]
+    cols = KEYS + ["preset", "precision", "paper_scale", "scale_reason", "scale"]
     if matched.empty:
         return pd.DataFrame(columns=[*cols, "entry"])
     out = []
+    matched = matched.assign(precision=matched["precision"].fillna(""))
     for key, g in matched.groupby(cols, dropna=False, sort=False):
         last = g["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
         paper_std = g["std"].iloc[0]
         links = list(dict.fromkeys(zip(g["run_id"], g["notebook"], strict=True)))
-        e = Entry(preset=key[-4], paper_scale=bool(key[-3]), scale_reason=key[-2], scale=key[-1],
+        e = Entry(preset=key[-5], precision=key[-4] or "", paper_scale=bool(key[-3]),
+                  scale_reason=key[-2], scale=key[-1],
                   last=float(last.mean()), std=std, best=float(g["best_acc"].mean()),
                   n_seeds=int(g["seed"].nunique()),
                   verdict=verdict(float(last.mean()), float(g["accuracy"].iloc[0]),
@@ -160,8 +165,10 @@ def _column_label(row: pd.Series, varying: list[str]) -> str:
     return " ".join(parts)
 
 
-def boards(ent: pd.DataFrame) -> list[Board]:
-    """A :class:`Board` per paper table with at least one entry, in the papers' order."""
+def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None) -> list[Board]:
+    """A :class:`Board` per paper table with at least one entry, in the papers' order;
+    ``unmatched`` records labelled for a board's table at one of its columns become its
+    extras (e.g. the ensemble or Co-Boosting beside DENSE Table 1)."""
     pr = _paper_cells()
     if ent.empty:
         return []
@@ -191,7 +198,27 @@ def boards(ent: pd.DataFrame) -> list[Board]:
                                                                        e.preset != "paper"))))
             if any(c is not None for c in row):
                 rows.append((method, row))
-        out.append(Board(paper, table, labels, rows))
+        out.append(Board(paper, table, labels, rows,
+                         _extras(unmatched, paper, table, col_keys)))
+    return out
+
+
+def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
+            col_keys: list[tuple]) -> list[tuple[str, list[str]]]:
+    if unmatched is None or unmatched.empty:
+        return []
+    df = unmatched[(unmatched["paper"] == paper) & (unmatched["table"] == table)]
+    df = df[df[COLUMN_KEYS].apply(tuple, axis=1).isin(col_keys)]
+    out = []
+    for (method, preset), g in df.groupby(["method", "preset"], sort=False):
+        texts = []
+        for ck in col_keys:
+            c = g[g[COLUMN_KEYS].apply(tuple, axis=1) == ck]
+            last = c["last_acc"].astype(float)
+            texts.append("" if c.empty else f"{last.mean():.2f}" + (
+                f" ± {last.std(ddof=1):.2f}" if len(last) > 1 else "")
+                + f" (n={c['seed'].nunique()}, {'/'.join(sorted(set(c['scale'])))})")
+        out.append((method if preset == "paper" else f"{method} ({preset})", texts))
     return out
 
 

@@ -123,6 +123,7 @@ def make_partition(
         local = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
     client_indices = tuple(base[np.asarray(ix, dtype=np.int64)] for ix in local)
     counts = np.stack([np.bincount(labels[ix], minlength=C) for ix in client_indices])
+    check_no_empty_client(counts.sum(axis=1), scheme, alpha, seed, subset)
     return Partition(
         client_indices=client_indices,
         counts=counts,
@@ -132,6 +133,26 @@ def make_partition(
         subset=subset,
         classes_per_client=classes_per_client if scheme == "classes_per_client" else None,
     )
+
+
+def check_no_empty_client(sizes: np.ndarray, scheme: str, alpha: float | None, seed: int,
+                          subset: float = 1.0) -> None:
+    """Refuse a partition that leaves a client without samples (it would train nothing and
+    upload an untrained model), naming the client and what to change. DENSE's scheme redraws
+    until every client has ``min_size`` samples (the authors' loop), so this only meets
+    FedCVAE's scheme (its code does not redraw; redrawing would change the partitions that work)
+    and disjoint classes missing from the data."""
+    empty = np.flatnonzero(np.asarray(sizes) == 0)
+    if not len(empty):
+        return
+    which = f"client {int(empty[0])}" + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+    setting = f"scheme={scheme!r}, " + (f"alpha={alpha}, " if scheme.startswith("dirichlet")
+                                        else "") + f"seed={seed}, subset={subset}"
+    fix = ("a larger alpha, fewer clients, more data (a larger subset) or another seed"
+           if scheme.startswith("dirichlet") else
+           "fewer clients or data that has every class")
+    raise ValueError(f"partition: {which} of {len(sizes)} gets 0 samples ({setting}); every "
+                     f"client needs data: use {fix}")
 
 
 def _dirichlet_dense(

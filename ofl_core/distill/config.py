@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from ..models import MODEL_NAMES
 from ..presets import check_preset
+from ..validation import COUNT, NONNEG, POSITIVE, Bound, check_config, within
 
 C = TypeVar("C", bound="DistillConfig")
 
@@ -85,46 +86,31 @@ class SynthesisConfig(GeneratorConfig):
                              nonnegative=("ce_weight", "bn_weight", "adv_weight"))
 
 
-SWITCH = (True, False, "auto")
+#: ranges of the fields every distillation config (and its generator) has
+RANGES: dict[str, Bound] = {
+    "epochs": NONNEG, "steps_per_epoch": COUNT, "batch_size": COUNT, "eval_every": COUNT,
+    "kd_lr": POSITIVE, "kd_momentum": NONNEG, "num_images": NONNEG,
+    "g_betas": within(0, 1, high_open=True),
+}
 
 
 def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
-                         nonnegative: Sequence[str] = (),
-                         choices: dict[str, Sequence[Any]] | None = None) -> None:
+                         nonnegative: Sequence[str] = ()) -> None:
     """The validation every distillation config shares; raises ``ValueError`` naming the
     field, its value and what it must be.
 
-    Always: ``preset`` known; ``epochs`` an integer ≥ 0; ``steps_per_epoch``, ``batch_size``,
-    ``eval_every`` (and ``counts``) integers ≥ 1; ``kd_lr`` (and ``positive``) > 0;
-    ``kd_momentum`` (and ``nonnegative``) ≥ 0; ``student_arch`` None or a known model;
-    ``batched_teachers``/``channels_last`` True, False or "auto"; where the config has them,
-    ``num_images`` ≥ 0 and ``g_betas`` two numbers in [0, 1). ``choices``: field → allowed
-    values."""
+    Every field has its annotated type (:func:`ofl_core.validation.check_config`: ``Literal``
+    fields one of their values, floats finite) and: ``preset`` known; ``epochs`` an integer
+    ≥ 0; ``steps_per_epoch``, ``batch_size``, ``eval_every`` (and ``counts``) integers ≥ 1;
+    ``kd_lr`` (and ``positive``) > 0; ``kd_momentum``, ``num_images`` (and ``nonnegative``)
+    ≥ 0; ``g_betas`` two numbers in [0, 1); ``student_arch`` None or a known model."""
     cls = type(cfg).__name__
-    check_preset(cfg.preset)
-    for name in ("epochs", "steps_per_epoch", "batch_size", "eval_every", *counts):
-        v, lo = getattr(cfg, name), 0 if name == "epochs" else 1
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise ValueError(f"{cls}.{name} must be an integer ≥ {lo} (got {v!r})")
-    for name in ("kd_lr", *positive):
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"{cls}.{name} must be > 0 (got {getattr(cfg, name)!r})")
-    for name in ("kd_momentum", *nonnegative):
-        if not getattr(cfg, name) >= 0:
-            raise ValueError(f"{cls}.{name} must be ≥ 0 (got {getattr(cfg, name)!r})")
-    if getattr(cfg, "num_images", 0) < 0:
-        raise ValueError(f"{cls}.num_images must be ≥ 0 (got {cfg.num_images!r})")
-    betas = getattr(cfg, "g_betas", (0.0, 0.0))
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise ValueError(f"{cls}.g_betas must be two numbers in [0, 1) (got {betas!r})")
-    for name, allowed in {"batched_teachers": SWITCH, "channels_last": SWITCH,
-                          **(choices or {})}.items():
-        v = getattr(cfg, name)
-        if not any(v is a or (type(v) is type(a) and v == a) for a in allowed):
-            raise ValueError(f"{cls}.{name} must be one of {tuple(allowed)} (got {v!r})")
+    check_config(cfg, {**RANGES, **dict.fromkeys(counts, COUNT),
+                       **dict.fromkeys(positive, POSITIVE),
+                       **dict.fromkeys(nonnegative, NONNEG)})
     if cfg.student_arch is not None and cfg.student_arch not in MODEL_NAMES:
         raise ValueError(f"{cls}.student_arch: unknown model {cfg.student_arch!r}; "
                          f"known: {', '.join(MODEL_NAMES)}")
 
 
-__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "check_distill_config"]
+__all__ = ["RANGES", "DistillConfig", "GeneratorConfig", "check_distill_config"]

@@ -34,13 +34,11 @@ from ..distill.losses import kd_loss, kl_per_sample
 from ..distill.pool import ImagePool
 from ..distill.teachers import TeacherOutput
 from ..seeds import derive_seed
-from .aggregation import SA_SPACES, SAEnsemble, sa_logits
+from .aggregation import SAEnsemble, sa_logits
 from .stratification import MIN_LOSS_FLOOR, Stratification, stratify
 
 if TYPE_CHECKING:  # ofl_core.methods registers this server
     from ..methods.base import ServerContext, ServerResult
-
-KD_DATA = ("intermediate", "fresh", "pool")
 
 
 @dataclass(frozen=True)
@@ -93,15 +91,9 @@ class FedHydraConfig(SynthesisConfig):
     def __post_init__(self) -> None:
         check_distill_config(
             self, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size",
-                          "log_every"),
+                          "log_every", "strat_group"),
             positive=("g_lr", "strat_lr", "min_loss_floor"),
-            nonnegative=("ce_weight", "bn_weight", "adv_weight", "kd_ce_weight"),
-            choices={"sa_space": SA_SPACES, "kd_data": KD_DATA})
-        if self.strat_group != "auto" and (not isinstance(self.strat_group, int)
-                                           or self.strat_group < 1):
-            raise ValueError("FedHydraConfig.strat_group must be a positive integer or 'auto' "
-                             f"(got {self.strat_group!r})")
-
+            nonnegative=("ce_weight", "bn_weight", "adv_weight", "kd_ce_weight"))
 
 
 # ---------------------------------------------------------------- the losses, Eqs. 13-19

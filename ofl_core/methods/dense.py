@@ -94,10 +94,7 @@ class DenseConfig(SynthesisConfig):
         check_distill_config(
             self, counts=("kd_batch_size", "nz", "ngf", "log_every"),
             positive=("g_lr", "kd_temperature"),
-            nonnegative=("ce_weight", "bn_weight", "adv_weight"),
-            choices={"kd_data": ("fresh", "pool"),
-                     "pool_augment": ("auto", "none", "flip", "crop_flip"),
-                     "synthesis_student_mode": ("eval", "train"), "ablation": ABLATIONS})
+            nonnegative=("ce_weight", "bn_weight", "adv_weight"))
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> DenseConfig:

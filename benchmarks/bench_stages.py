@@ -1,0 +1,115 @@
+"""The three standard stages end to end, in absolute seconds, against the authors' public code.
+
+The authors' figures (issue 22; their code run on this 2-core CPU at one torch thread, same
+FashionMNIST partition and budget):
+
+- local training, DENSE Dirichlet β = 0.1, seed 1, 5 × ``cnn_mnist``, 20 epochs with DENSE
+  code's local preset (BN eval after epoch 1), batch 128: **418 s** (their time includes a
+  test pass after every epoch and 4 DataLoader worker processes);
+- DENSE server, 30 epochs × 30 generator steps, batch 128, KD from the pool: **685 s**;
+- FedCVAE-Ens end to end at FedCVAE's FMNIST Table 1 settings (α = 0.01, m = 10, 50 % subset
+  at 32 px, seed 1693): **~374 s**.
+
+Each stage runs the library as ``run_tables``/``run_method`` do, clients cold (a fresh
+temporary cache). Run one stage at a time on an idle machine:
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage local --threads 1
+    OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage dense --threads 1
+    OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage fedcvae --threads 1
+    python benchmarks/bench_stages.py --stage local --threads 2
+
+(``dense`` trains its clients first, untimed, or loads them from ``--cache-dir``.) Options:
+``--amp`` (bfloat16 autocast for local training and the server), ``--trainer`` (grouped or
+sequential client training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import torch
+
+from ofl_core.clients import LocalTrainConfig
+from ofl_core.experiment import (
+    ExperimentConfig,
+    configure_methods,
+    method_config,
+    run_one,
+    setup_experiment,
+)
+
+AUTHORS = {"local": 418.0, "dense": 685.0, "fedcvae": 374.0}
+
+
+def dense_experiment(cache_dir: str, amp: bool) -> ExperimentConfig:
+    local = LocalTrainConfig.for_preset("authors_code", epochs=20, batch_size=128, amp=amp)
+    return ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=0.1, num_clients=5,
+                            seed=1, local=local, cache_dir=cache_dir, experiment="bench")
+
+
+def stage_local(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
+    from ofl_core.client_training import train_clients
+    from ofl_core.data.partition import make_partition
+    from ofl_core.experiment import load_experiment_data
+
+    exp = dense_experiment(cache_dir, amp)
+    ds = load_experiment_data(exp)
+    part = make_partition(ds.y_train.numpy(), exp.num_clients, exp.partition, alpha=exp.alpha,
+                          seed=exp.seed)
+    t0 = time.perf_counter()
+    ups = train_clients(ds, part, exp.local, exp.seed, cache=None, workers=1, progress=False,
+                        trainer=trainer)
+    secs = time.perf_counter() - t0
+    return secs, f"{len(ups)} clients, sizes {part.sizes.tolist()}"
+
+
+def stage_dense(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
+    exp = dense_experiment(cache_dir, amp)
+    setup = setup_experiment(exp)  # clients trained (untimed) or loaded from the cache
+    cfg = method_config("dense", "authors_code", epochs=30, steps_per_epoch=30, batch_size=128,
+                        amp=amp)
+    t0 = time.perf_counter()
+    rec, _ = run_one(setup, "dense", cfg)
+    secs = time.perf_counter() - t0
+    return secs, f"last {rec.last_acc:.2f} best {rec.best_acc:.2f} (ensemble " \
+                 f"{setup.ensemble_acc:.2f})"
+
+
+def stage_fedcvae(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
+    from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
+    from ofl_core.tables import Serves, run_tables
+
+    exp = ExperimentConfig(dataset="fmnist", partition="dirichlet_fedcvae", alpha=0.01,
+                           num_clients=10, seed=1693, cache_dir=cache_dir, experiment="bench",
+                           **fedcvae_data_settings("fmnist"))
+    t0 = time.perf_counter()
+    tables = run_tables(fedcvae_runs(exp, configure_methods(["fedcvae-ens"], common={
+        "dataset": "fmnist"}), [Serves("fedcvae", "T1")]), verbose=False)
+    secs = time.perf_counter() - t0
+    return secs, f"last {tables.records[0].last_acc:.2f}"
+
+
+STAGES = {"local": stage_local, "dense": stage_dense, "fedcvae": stage_fedcvae}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", choices=sorted(STAGES), required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--amp", action="store_true", help="bfloat16 autocast")
+    ap.add_argument("--trainer", default="auto", choices=("auto", "grouped", "sequential"))
+    ap.add_argument("--cache-dir", default=None, help="client cache (default: a fresh one)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        secs, note = STAGES[args.stage](args.cache_dir or tmp, args.amp, args.trainer)
+    peer = AUTHORS[args.stage]
+    print(f"{args.stage}: {secs:.1f} s at {args.threads} thread(s)"
+          f"{' bf16' if args.amp else ''}; authors' code {peer:.0f} s → {peer / secs:.2f}× "
+          f"({note})")
+
+
+if __name__ == "__main__":
+    main()
