@@ -105,14 +105,10 @@ class CoBoostingConfig(SynthesisConfig):
     def __post_init__(self) -> None:
         check_distill_config(
             self, counts=("kd_batch_size", "nz", "ngf", "log_every", "weight_passes"),
-            positive=("g_lr", "kd_temperature", "adv_temperature", "perturb_temperature"),
+            positive=("g_lr", "kd_temperature", "adv_temperature", "perturb_temperature",
+                      "grad_clip"),
             nonnegative=("ce_weight", "bn_weight", "adv_weight", "hardness", "weight_lr",
-                         "weight_lr_decay", "perturb_eps", "kd_weight_decay"),
-            choices={"kd_lr_schedule": ("constant", "cosine"),
-                     "pool_augment": ("auto", "none", "flip", "crop_flip")})
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"CoBoostingConfig.grad_clip must be None or > 0 "
-                             f"(got {self.grad_clip!r})")
+                         "weight_lr_decay", "perturb_eps", "kd_weight_decay"))
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> CoBoostingConfig:
