@@ -67,6 +67,7 @@ def test_report_scoreboard_structure(tmp_path):
                                                _rec("dense", 30.0)], paper_scale)
     quick = effective_parameters(Task("main_tables"))
     _run(tmp_path, "bbb", {}, [_rec("fedavg", 20.0), _rec("ensemble", 55.0),
+                               _rec("coboosting", 44.0),
                                _rec("dense", 11.0, table="Fig3", setting="local_epochs=1")],
          quick)
     (tmp_path / "runs" / "main_tables" / "ccc.failed.ipynb").write_text(
@@ -106,6 +107,12 @@ def test_report_scoreboard_structure(tmp_path):
     assert "ensemble" not in board.text
     extras = board.find_next("table")  # ...but beside the table, as "also on these clients"
     assert "extras" in extras["class"] and "ensemble" in extras.text and "55.00" in extras.text
+    assert "coboosting" in extras.text and "44.00" in extras.text  # beside DENSE's rows
+    # the method taxonomy: what each method needs and what a client uploads
+    methods = soup.find(id="methods").find_next("table")
+    assert "taxonomy" in methods["class"] and "CVAE decoder + label counts" in methods.text
+    assert [tr.find("td").text for tr in methods.find_all("tr")[1:]][-3:] == [
+        "coboosting", "fedcvae-ens", "fedcvae-kd"]
     # the summary counts cells, and the failure is listed with its tail and its notebook
     summary = soup.find(class_="summary").text
     assert "2 run at paper scale (1 reproduced, 0 above, 1 below)" in " ".join(summary.split())

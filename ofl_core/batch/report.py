@@ -139,6 +139,17 @@ def _further_html(frame) -> str:
             .set_table_attributes('class="further"').to_html())
 
 
+def _taxonomy_html() -> str:
+    """The method taxonomy (what each method needs and uploads) as an HTML table."""
+    from ..taxonomy import taxonomy_frame
+
+    frame = taxonomy_frame().reset_index().replace({True: "yes", False: "no"})
+    frame.columns = ["method", "source", "data-free", "rounds", "server stages",
+                     "client uploads", "server needs", "output", "mixed archs"]
+    return (frame.style.hide(axis="index").format(escape="html")
+            .set_table_attributes('class="taxonomy"').to_html())
+
+
 def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
     figs: dict[str, list[str]] = {}
     for f in sorted((out / "figures").glob("*/**/*.png")):
@@ -173,7 +184,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
-        json=json)
+        taxonomy=_taxonomy_html(), json=json)
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:
