@@ -1,7 +1,7 @@
 """Co-Boosting: data and ensemble boosted together for one-shot FL (Dai et al., "Enhancing
 One-Shot Federated Learning Through Data and Ensemble Co-Boosting", ICLR 2024; public code
-``rong-dai/Co-Boosting``). No paper text is in this repository: the steps are the paper's
-method as its abstract and Algorithm describe it, every detail below comes from the code
+``rong-dai/Co-Boosting``). No paper text is in this repository: the three steps are the
+method as the paper's abstract states it; every formula and number below comes from the code
 (docs/decisions.md says which).
 
 Per epoch e, with the weighted ensemble A_w(x) = Σ_k w_k f_k(x) / Σ_k w_k (w = 1/m at first):
