@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
 from .data.datasets import ImageDataset
 from .data.partition import Partition
+from .progress import progress_bar
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -202,7 +202,7 @@ def train_clients(
                              cfgs[k], dataset.num_classes, seed) for k in todo}
         work = sum(len(jobs[k].y) * cfgs[k].epochs for k in todo)
         n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
-        bar = tqdm(total=m, initial=m - len(todo), desc=kind.name, disable=not progress)
+        bar = progress_bar(total=m, initial=m - len(todo), desc=kind.name, show=progress)
 
         def finish(k: int, state: State) -> None:
             states[k] = state
