@@ -1,13 +1,19 @@
-"""Executed notebooks stay clean.
+"""Executed notebooks stay clean, and stored outputs change nothing the tests check.
 
 - progress bars: ``ofl_core.progress.progress_bar`` obeys ``TQDM_DISABLE``, and every kernel
   that ``run_all.py`` starts has it (no "it/s" in an executed notebook);
+- a notebook saved *with* outputs (JupyterLab, before nbstripout's git filter strips them) is
+  still paired with its .py, executes the same, and its stale outputs never reach the executed
+  copy (papermill clears them), so no stale record is read back;
+- git strips outputs from ``notebooks/*.ipynb`` (nbstripout filter) but keeps the nbval
+  reference notebooks' outputs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +22,8 @@ import nbformat
 import pytest
 
 from ofl_core.batch.execute import KERNEL_ENV, execute_task, task_env
-from ofl_core.batch.tasks import Task
+from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, load_grid
+from ofl_core.results import RECORDS_MIME, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR = "from ofl_core.progress import progress_bar\nfor _ in progress_bar(range(3), {}): pass\n"
@@ -65,3 +72,63 @@ def test_executed_notebook_has_no_progress_bars(tmp_path, monkeypatch):
     assert "TQDM_DISABLE = 1" in text
     assert "it/s" not in text and "TqdmWarning" not in text
     assert "TQDM_DISABLE" not in os.environ  # set for the kernel only, then restored
+
+
+def with_stale_outputs(src: Path, dst: Path) -> None:
+    """``src`` as JupyterLab saves it after a run: every code cell with an execution count, a
+    stream output and a (stale) records output."""
+    nb = nbformat.read(src, as_version=4)
+    stale = [{"experiment": "stale", "paper": "dense", "table": "T1", "dataset": "fmnist",
+              "partition": "dirichlet", "alpha": 0.1, "num_clients": 5, "seed": 1,
+              "method": "stale", "preset": "paper", "last_acc": 1.0, "best_acc": 1.0,
+              "ensemble_acc": 1.0, "wall_time_s": 0.0, "config_hash": "x", "version": "0"}]
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.execution_count = i + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="STALE OUTPUT\n"),
+                        nbformat.v4.new_output("display_data",
+                                               data={RECORDS_MIME: stale, "text/plain": ""})]
+    nbformat.write(nb, dst)
+
+
+@pytest.mark.slow
+def test_a_notebook_saved_with_outputs_changes_nothing(tmp_path):
+    from tests.test_notebooks import check_paired
+
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    shutil.copy(NOTEBOOK_DIR / "partitions.py", nbdir / "partitions.py")
+    with_stale_outputs(NOTEBOOK_DIR / "partitions.ipynb", nbdir / "partitions.ipynb")
+    assert read_records(nbdir / "partitions.ipynb")  # the stale record is there ...
+    check_paired(nbdir / "partitions.ipynb", nbdir / "partitions.py")
+
+    tiny = {t.notebook: t.parameters for t in load_grid(NOTEBOOK_DIR / "grids" / "tiny")}
+    res = execute_task(Task("partitions", tiny["partitions"]), tmp_path / "out",
+                       tmp_path / "fig", nbdir)
+    assert res.status == "done", res.error
+    executed = tmp_path / "out" / "runs" / "partitions" / f"{res.run_id}.ipynb"
+    assert read_records(executed) == []  # ... and not in the executed copy
+    assert "STALE OUTPUT" not in _outputs_text(executed)
+    assert list((tmp_path / "fig").glob("*.png"))
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _in_git_work_tree() -> bool:
+    try:
+        return _git("rev-parse", "--is-inside-work-tree").strip() == "true"
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+@pytest.mark.skipif(not _in_git_work_tree(), reason="not a git checkout")
+def test_git_strips_notebook_outputs_but_keeps_the_reference_notebooks():
+    out = _git("check-attr", "filter", "diff", "--", "notebooks/main_tables.ipynb",
+               "tests/reference/main_tables.ipynb")
+    assert "notebooks/main_tables.ipynb: filter: nbstripout" in out
+    assert "notebooks/main_tables.ipynb: diff: ipynb" in out
+    assert "tests/reference/main_tables.ipynb: filter: unset" in out
+    hooks = (ROOT / ".pre-commit-config.yaml").read_text()
+    assert "id: nbstripout" in hooks and "tests/reference" in hooks
