@@ -70,8 +70,6 @@ figures_dir: str = "../figures/main_tables"
 # counts; FedCVAE's FedAvg/FedOneShot train McMahan CNNs (`baseline_local_epochs`).
 
 # %%
-from IPython.display import display
-
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
 from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
@@ -109,7 +107,9 @@ record(tables.records)
 # %% [markdown]
 # ## Ours beside DENSE Table 1
 # `paper` is the paper's cell for the same dataset, α and m; `diff_*` = ours − paper.
-# FedOneShot, the ensemble, FedHydra and OT have no DENSE Table 1 cell (NaN).
+# FedOneShot, the ensemble, FedHydra and OT have no DENSE Table 1 cell (NaN). The figure
+# draws the rows that have a paper cell: the paper's number (grey) beside our last- and
+# best-epoch accuracy.
 
 # %%
 dense_t1 = tables.compare("dense", "T1")
@@ -118,19 +118,29 @@ save_paper_vs_ours(dense_t1, f"DENSE Table 1 cells, {dataset} (ours) vs paper", 
 dense_t1
 
 # %% [markdown]
-# ## Ours beside FedHydra Table 1 (and Table 12, OT fusion)
+# ## Ours beside FedHydra Table 1
 # FedHydra's own runs of FedAvg/FedDF/DENSE differ from DENSE's (its Table 1 has its own
-# numbers for them); ours are the same runs shown against both papers.
+# numbers for them); ours are the same runs shown against both papers. Table and figure as
+# above.
 
 # %%
 hydra_t1 = tables.compare("fedhydra", "T1")
 save_paper_vs_ours(hydra_t1, f"FedHydra Table 1 cells, {dataset} (ours) vs paper", figures_dir,
                    "fedhydra_t1_paper_vs_ours")
-display(hydra_t1)
+hydra_t1
+
+# %% [markdown]
+# ## Ours beside FedHydra Table 12 (OT fusion)
+# FedHydra's Table 12 adds OT fusion on MNIST and CIFAR10 only, so on FMNIST its `paper`
+# column is n/a.
+
+# %%
 tables.compare("fedhydra", "T12")
 
 # %% [markdown]
 # ## Ours beside FedCVAE Table 1
+# FedCVAE's own partition scheme and clients (α = 0.01 by default): FedCVAE-Ens/-KD beside
+# its FedAvg and FedOneShot baselines; table, then the paper's numbers beside ours.
 
 # %%
 cvae_t1 = tables.compare("fedcvae", "T1")
@@ -140,6 +150,8 @@ cvae_t1
 
 # %% [markdown]
 # ## The papers' FMNIST cells of the three main tables
+# Every FMNIST number of DENSE Table 1, FedHydra Table 1 and FedCVAE Table 1 (all α and m),
+# including those the quick run does not cover.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -149,6 +161,7 @@ print(cells[["paper", "method", "alpha", "num_clients", "accuracy_text"]].to_str
 
 # %% [markdown]
 # ## Summary: our mean over seeds (last-epoch and best-epoch accuracy, teacher ensemble)
+# One row per paper, table, method and preset: the numbers the tables above compare.
 
 # %%
 tables.frame().groupby(["paper", "table", "method", "preset"])[

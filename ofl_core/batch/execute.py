@@ -8,6 +8,9 @@ meanwhile (a retried or duplicated task never runs twice after it finished). Iso
 set to the task's thread count, its own GPUs (:mod:`ofl_core.batch.gpus`), and a wall-clock
 limit past which it is killed. A failing notebook, a dead kernel, a cell timeout or the task
 timeout marks the task failed with its reason; nothing here raises for a bad notebook.
+
+Every notebook kernel runs with :data:`KERNEL_ENV` (``TQDM_DISABLE=1``): an executed notebook
+keeps no progress bars (they stay on in a terminal and in JupyterLab).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..results import read_records, write_json_atomic
@@ -41,6 +45,24 @@ from .tasks import (
 )
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: set in every notebook kernel's environment: no progress bars in executed notebooks
+KERNEL_ENV = {"TQDM_DISABLE": "1"}
+
+
+@contextmanager
+def _kernel_env() -> Iterator[None]:
+    """:data:`KERNEL_ENV` in this process's environment while a kernel starts (papermill's
+    kernel inherits it), then the previous values back."""
+    old = {k: os.environ.get(k) for k in KERNEL_ENV}
+    os.environ.update(KERNEL_ENV)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def execute_task(
@@ -58,11 +80,12 @@ def execute_task(
     t0 = time.perf_counter()
     error = detail = ""
     try:
-        papermill.execute_notebook(
-            str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
-            kernel_name=kernel_name, progress_bar=False, log_output=log_output,
-            cwd=str(notebook_dir), execution_timeout=cell_timeout,
-        )
+        with _kernel_env():
+            papermill.execute_notebook(
+                str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
+                kernel_name=kernel_name, progress_bar=False, log_output=log_output,
+                cwd=str(notebook_dir), execution_timeout=cell_timeout,
+            )
     except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
         error, detail = _short_error(e), _error_tail(e)
     secs = time.perf_counter() - t0
@@ -138,6 +161,7 @@ def task_env(threads: int | None, devices: Sequence[str] | None,
     env = dict(os.environ if base is None else base)
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    env.update(KERNEL_ENV)
     if threads is not None:
         env.update({k: str(threads) for k in _THREAD_VARS})
     if devices is not None:
