@@ -150,14 +150,17 @@ class SubmititExecutor(cf.Executor):
     accounting) says it ended; submitit's own status calls (``sacct`` only) are not used, so a
     cluster without accounting gives no warning flood, and a job that ended without a result
     (cancelled, walltime, out of memory, node failure) fails its task with that reason instead
-    of being waited on forever. ``queue=None``: submitit's local backend."""
+    of being waited on forever; a failed task waits (``settle_seconds`` at most) for its job's
+    final state, which then leads its error. ``queue=None``: submitit's local backend."""
 
     def __init__(self, executor: Any, poll_seconds: float = 5.0,
-                 queue: SlurmQueue | None = None, result_grace: float = 10.0) -> None:
+                 queue: SlurmQueue | None = None, result_grace: float = 10.0,
+                 settle_seconds: float = 60.0) -> None:
         self.executor = executor
         self.poll_seconds = poll_seconds
         self.queue = queue
         self.result_grace = result_grace
+        self.settle_seconds = settle_seconds
         self.jobs: list[Any] = []
         self._pending: list[tuple[Any, cf.Future]] = []
         self._ended_at: dict[str, float] = {}
@@ -226,18 +229,25 @@ class SubmititExecutor(cf.Executor):
         except Exception:  # noqa: BLE001 - e.g. a file system hiccup: look again next time
             return None
         try:
-            return True, self._annotate(job, job.result())
+            value, ok = job.result(), True
         except Exception as e:  # noqa: BLE001 - a failed job marks its task failed
-            return False, self._explain(job, e)
+            value, ok = e, False
+        failed = not ok or (isinstance(value, TaskResult) and value.status == "failed")
+        if failed and self._still_ending(job):
+            return None  # wait for the job's final state: it says why the task failed
+        return (True, self._annotate(job, value)) if ok else (False, self._explain(job, value))
+
+    def _still_ending(self, job: Any) -> bool:
+        """Whether the job is still listed as running / completing (a cancelled job is
+        COMPLETING until its processes are gone), for at most ``settle_seconds``."""
+        if self.queue is None or self.queue.state(job.job_id) not in ACTIVE:
+            return False
+        first = self._ended_at.setdefault(job.job_id, time.monotonic())
+        return time.monotonic() - first < self.settle_seconds
 
     def _bad_end(self, job: Any) -> str | None:
         """The job's final state when it ended badly (cancelled, walltime, ...), else None."""
-        if self.queue is None:
-            return None
-        state = self.queue.state(job.job_id)
-        if state is None or state in ACTIVE:
-            self.queue.refresh([job.job_id])
-            state = self.queue.state(job.job_id)
+        state = self.queue.state(job.job_id) if self.queue is not None else None
         return state if state and state not in ACTIVE and state != "COMPLETED" else None
 
     def _annotate(self, job: Any, res: Any) -> Any:
