@@ -39,13 +39,22 @@ def test_parse_squeue_and_sacct_rows():
     assert "node failure" in describe("13", "NODE_FAIL")
 
 
+class Rows(type(Path())):
+    """The fake squeue's output file, replaced atomically (squeue never answers half a list)."""
+
+    def write_text(self, text: str) -> None:  # type: ignore[override]
+        tmp = self.with_name(self.name + ".tmp")
+        Path(tmp).write_text(text)
+        os.replace(tmp, self)
+
+
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
     """``squeue`` printing the file ``rows`` (``%i|%T`` lines); ``sacct`` failing as on a
     cluster without accounting."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    rows = tmp_path / "rows"
+    rows = Rows(tmp_path / "rows")
     rows.write_text("")
     (bin_dir / "squeue").write_text(f"#!/bin/sh\ncat {rows}\n")
     (bin_dir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage "
@@ -102,7 +111,7 @@ def test_submitit_watcher_reports_the_scheduler_reason(fake_slurm, tmp_path):
     ex = SubmititExecutor(None, poll_seconds=0.05, queue=SlurmQueue(note=lambda m: None),
                           result_grace=0)
     futs = ex._track(jobs)
-    fake_slurm.write_text("8_0|CANCELLED\n8_1|CANCELLED\n8_2|RUNNING\n8_3|COMPLETED\n")
+    fake_slurm.write_text("8_0|CANCELLED\n8_1|CANCELLED\n8_2|FAILED\n8_3|COMPLETED\n")
     for j in jobs[1:]:
         j.finish()
     done, pending = cf.wait(futs, timeout=30)
