@@ -179,3 +179,21 @@ def test_job_keeper_replaces_ended_jobs_and_gives_up_on_jobs_that_never_start(fa
     assert keeper.replaced == 2 and len(reasons) == 1, (keeper.replaced, reasons, logs)
     assert reasons[0].startswith("no worker job could start: 2 in a row") and "102 FAILED" in \
         reasons[0]
+
+
+def test_a_task_lost_with_its_worker_too_often_fails_with_the_jobs_reason():
+    from ofl_core.batch.executors import DaskExecutor
+
+    class KilledWorker(Exception):  # what distributed raises, as the client sees it
+        last_worker = SimpleNamespace(name="SLURMCluster-1", address="tcp://10.0.0.1:1")
+
+    ex = DaskExecutor(client=None)
+    plain = KilledWorker("task", "...", 2)
+    assert ex.explain(plain) is plain  # no keeper: unchanged
+    ex.keeper = SimpleNamespace(last_reason=lambda name: {
+        "SLURMCluster-1": describe("41", "TIMEOUT")}.get(name, ""))
+    e = ex.explain(plain)
+    assert isinstance(e, SchedulerJobError)
+    assert str(e).startswith("slurm: job 41 TIMEOUT (walltime") and "KilledWorker" in str(e)
+    other = ValueError("x")
+    assert ex.explain(other) is other
