@@ -2,7 +2,8 @@
 ``<run_id>.json`` (written last, atomically), figures in the task's figures folder.
 
 :func:`run_task_spec` is what every executor runs on a worker. It skips a task that finished
-meanwhile (a retried or duplicated task never runs twice after it finished). Isolated tasks
+meanwhile (a retried or duplicated task never runs twice after it finished; two copies of a
+task running at once take turns on its lock file, :func:`task_lock`). Isolated tasks
 (every backend except ``local --jobs 1``) run in a child Python process
 (``python -m ofl_core.batch.execute --run-task``) with ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
 set to the task's thread count, its own GPUs (:mod:`ofl_core.batch.gpus`), and a wall-clock
@@ -15,6 +16,8 @@ keeps no progress bars (they stay on in a terminal and in JupyterLab).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import platform
@@ -143,16 +146,43 @@ def run_task_spec(spec: TaskSpec) -> TaskResult:
     Skips a task that finished meanwhile (a retry, a duplicate). Isolated tasks run in a child
     process with the task's thread count and GPUs, killed at ``task_timeout``.
     """
-    if spec.resume and spec_finished(spec):
-        return TaskResult(spec.task, spec.run_id, "skipped")
-    if not spec.isolate:
-        return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
-                            Path(spec.notebook_dir), spec.cell_timeout)
-    try:
-        with gpus.GPU_POOL.take(spec.gpus) as devices:
-            return _run_in_child(spec, task_env(spec.threads, devices))
-    except gpus.NoGpuError as e:
-        return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+    with task_lock(spec):
+        if spec.resume and spec_finished(spec):
+            return TaskResult(spec.task, spec.run_id, "skipped")
+        if not spec.isolate:
+            return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
+                                Path(spec.notebook_dir), spec.cell_timeout)
+        try:
+            with gpus.GPU_POOL.take(spec.gpus) as devices:
+                return _run_in_child(spec, task_env(spec.threads, devices))
+        except gpus.NoGpuError as e:
+            return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+
+
+#: errnos of a filesystem without working locks (Lustre without ``-o flock``, some NFS mounts)
+_NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+@contextlib.contextmanager
+def task_lock(spec: TaskSpec) -> Iterator[None]:
+    """Hold the task's lock, ``<out>/runs/<notebook>/.<run_id>.lock`` (``flock``), while it
+    runs: a second copy of the task (a re-run while the first run's jobs are still queued, a
+    duplicate job) waits here, then finds it finished and skips it. The OS releases the lock
+    when its holder dies. Without file locks (Windows, Lustre without ``-o flock``): no lock."""
+    nb, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
+    path = nb.with_name(f".{spec.run_id}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except ImportError:
+            f.close()
+        except OSError as e:
+            if e.errno not in _NO_LOCK_ERRNOS:
+                raise
+        yield
 
 
 def task_env(threads: int | None, devices: Sequence[str] | None,
