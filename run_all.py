@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -242,5 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if n["failed"] else 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a batch system stopping us) as Ctrl-C: queued and running batch jobs
+    are cancelled and the report of what finished is written."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

@@ -51,6 +51,8 @@ print(f"{ds.name}: {len(labels)} training images, {ds.num_classes} classes")
 
 # %% [markdown]
 # ## DENSE / FedHydra Dirichlet scheme (α over clients, every client ≥ 10 samples)
+# One panel per α (DENSE Figs. 4–5, right; FedHydra Fig. 3): the smaller α, the fewer classes
+# each client holds. Below the figure: each client's size and its class counts.
 
 # %%
 dense_parts = {
@@ -58,7 +60,7 @@ dense_parts = {
     for a in alphas
 }
 fig = plot_partitions({k: p.counts for k, p in dense_parts.items()}, ds.classes)
-save_figure(fig, figures_dir, "dirichlet_dense")
+path = save_figure(fig, figures_dir, "dirichlet_dense")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -84,15 +86,18 @@ print(side_by_side_counts(schemes))
 
 # %% [markdown]
 # ## FedHydra "2c/c": each client holds two disjoint classes
+# FedHydra Fig. 6a: every client holds its own two classes (equal shares) and nothing else.
 
 # %%
 twocc = make_partition(labels, min(num_clients, ds.num_classes // classes_per_client),
                        "classes_per_client", classes_per_client=classes_per_client, seed=seed)
 fig = plot_partitions({f"{classes_per_client}c/c": twocc.counts}, ds.classes)
-save_figure(fig, figures_dir, "classes_per_client")
+path = save_figure(fig, figures_dir, "classes_per_client")
 
 # %% [markdown]
 # ## FedCVAE scheme (per-client proportions over classes; 50% subset for MNIST/FMNIST)
+# FedCVAE Figs. 3 and 9: a Dirichlet draw per client over the classes (not per class over the
+# clients), on half the training set; at α = 0.001 most clients hold one class.
 
 # %%
 cvae_parts = {
@@ -101,7 +106,7 @@ cvae_parts = {
     for a in fedcvae_alphas
 }
 fig = plot_partitions({k: p.counts for k, p in cvae_parts.items()}, ds.classes)
-save_figure(fig, figures_dir, "dirichlet_fedcvae")
+path = save_figure(fig, figures_dir, "dirichlet_fedcvae")
 
 # %%
 # NBVAL_CHECK_OUTPUT

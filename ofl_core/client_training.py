@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .clients import (
     ClientUpload,
@@ -34,6 +33,7 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition, check_no_empty_client
 from .grouped_training import groupable, train_grouped
 from .precision import resolve_amp
+from .progress import progress_bar
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -257,7 +257,7 @@ def train_clients(
                              cfgs[k], dataset.num_classes, seed) for k in todo}
         work = sum(len(jobs[k].y) * cfgs[k].epochs for k in todo)
         n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
-        bar = tqdm(total=m, initial=m - len(todo), desc=kind.name, disable=not progress)
+        bar = progress_bar(total=m, initial=m - len(todo), desc=kind.name, show=progress)
 
         def finish(k: int, state: State) -> None:
             states[k] = state

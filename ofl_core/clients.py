@@ -16,7 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from .augment import random_crop_flip
 from .data.datasets import ImageDataset
@@ -25,6 +24,7 @@ from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
 from .precision import resolve_amp
 from .presets import check_preset
+from .progress import progress_bar
 from .seeds import init_seed
 from .validation import COUNT, NONNEG, POSITIVE, check_config
 
@@ -300,7 +300,7 @@ def train_local(
     counts = torch.bincount(y, minlength=num_classes)
     n = len(yd)
     steps = math.ceil(n / cfg.batch_size)
-    for epoch in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+    for epoch in progress_bar(range(cfg.epochs), desc=desc, leave=False, show=progress):
         if cfg.bn_eval_after_first_epoch and epoch == 1:
             model.eval()  # ⚑ DENSE's code: BN layers stop updating after the first epoch
         perm = torch.randperm(n, generator=gen).to(dev)

@@ -21,7 +21,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..clients import (
     ClientUpload,
@@ -31,6 +30,7 @@ from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
 from ..presets import check_preset
+from ..progress import progress_bar
 from ..seeds import client_seed
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .hparams import fedcvae_hparams
@@ -199,7 +199,7 @@ def train_cvae(
     n = len(yd)
     steps = math.ceil(n / cfg.batch_size)
     history: list[float] = []
-    for _ in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+    for _ in progress_bar(range(cfg.epochs), desc=desc, leave=False, show=progress):
         perm = torch.randperm(n, generator=gen, device=dev)
         total = torch.zeros((), device=dev)
         for s in range(steps):
