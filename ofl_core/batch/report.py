@@ -80,7 +80,8 @@ def _render_notebook(src: Path, page: Path) -> str | None:
     from nbconvert import HTMLExporter
 
     try:
-        body, _ = HTMLExporter(exclude_input=True).from_filename(str(src))
+        body, _ = HTMLExporter(exclude_input=True, exclude_output_prompt=True,
+                               exclude_input_prompt=True).from_filename(str(src))
     except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
         return str(e)[:300] or type(e).__name__
     page.parent.mkdir(parents=True, exist_ok=True)
