@@ -115,7 +115,8 @@ def test_a_corrupt_cache_entry_is_retrained_not_trusted(tiny_dataset, tmp_path):
 def test_parallel_workers_give_the_same_clients(tiny_dataset, tmp_path):
     ds = tiny_dataset
     part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
-    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
+    # float32: bfloat16 kernels round differently at another thread count
+    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64, amp=False)
     serial = train_clients(ds, part, cfg, seed=0, workers=1, progress=False)
     par = train_clients(ds, part, cfg, seed=0, workers=2, progress=False)
     for u, v in zip(serial, par, strict=False):

@@ -29,7 +29,6 @@ def _data(sizes, channels=1, size=28):
     LocalTrainConfig(arch="cnn_cifar", epochs=1, batch_size=16, amp=False),
 ], ids=["ce", "bn-eval+wd", "ldam+flip", "cnn_cifar"])
 def test_grouped_equals_one_at_a_time_up_to_rounding(cfg):
-    torch.set_num_threads(1)
     shape = (3, 32) if cfg.arch == "cnn_cifar" else (1, 28)
     data = _data([70, 40, 64] if cfg.arch != "cnn_cifar" else [20, 40], *shape)
     assert groupable(cfg, len(data))

@@ -159,7 +159,9 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     assert "3 tasks: 2 ran, 0 skipped (already done), 1 failed" in text
     assert "unknown dataset 'no_such_dataset'" in text
 
-    runs = sorted((out / "runs" / "main_tables").glob("*.json"))
+    runs = sorted(p for p in (out / "runs" / "main_tables").glob("*.json")
+                  if not p.name.endswith(".failed.json"))
+    assert len(list((out / "runs" / "main_tables").glob("*.failed.json"))) == 1  # kept
     assert len(runs) == 1
     recs = read_records(runs[0].with_suffix(".ipynb"))
     assert {r.method for r in recs} == {"fedavg", "fedoneshot", "ensemble"}

@@ -130,7 +130,7 @@ def entries(matched: pd.DataFrame) -> pd.DataFrame:
     if matched.empty:
         return pd.DataFrame(columns=[*cols, "entry"])
     out = []
-    matched = matched.assign(precision=matched["precision"].fillna(""))
+    matched = matched.assign(precision=matched["precision"].astype(object).fillna(""))
     for key, g in matched.groupby(cols, dropna=False, sort=False):
         last = g["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
