@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
+from ..fedhydra.stratification import MIN_LOSS_FLOOR, U_RULES
 from ..models import MODEL_NAMES
 from ..presets import check_preset
+from .combiners import TEACHERS, Teacher
 
 C = TypeVar("C", bound="DistillConfig")
 
@@ -72,17 +74,50 @@ class GeneratorConfig(DistillConfig):
 class SynthesisConfig(GeneratorConfig):
     """:class:`GeneratorConfig` + what DENSE and FedHydra share: the generator loss's weights
     (DENSE Eq. 5, FedHydra Eq. 16: L_gen = ``ce_weight``·CE + λ1·L_BN + λ2·L_adv with λ1 =
-    ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5) and the student's KD batch
-    ``kd_batch_size`` = 128 (distillation from the synthetic pool)."""
+    ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5), the student's KD batch
+    ``kd_batch_size`` = 128 (distillation from the synthetic pool), and the teacher.
+
+    ``teacher``: how the clients' outputs are combined (:mod:`ofl_core.distill.combiners`):
+    DENSE's default ``"mean_logits"`` (DENSE Eq. 1), FedHydra's ``"sa"`` (Eqs. 8–11 as
+    written); the others are readings measured in issue 20 (docs/decisions.md);
+    ``"oracle"`` is a diagnostic (true label counts), never a method, and the servers refuse it
+    unless its weights are passed explicitly. The weighted teachers need FedHydra's model
+    stratification (Alg. 2), set by ``strat_steps`` = T_G = 30, ``strat_batch_size`` = b = 128,
+    Adam ``strat_lr`` 1e-3 (FedHydra §4.1.4), ``strat_group`` (generators trained together;
+    "auto": C on the CPU), ``min_loss_floor`` (the guard of Eq. 2) and ``strat_u``: ``"eq2"``
+    (the paper) or the opt-in ``"log_ratio"`` u = log(max L / min L) (a deviation;
+    :func:`ofl_core.fedhydra.stratification.guidance_capability`)."""
 
     kd_batch_size: int = 128
     ce_weight: float = 1.0
     bn_weight: float = 1.0
     adv_weight: float = 0.5
+    teacher: Teacher = "mean_logits"
+    strat_steps: int = 30
+    strat_batch_size: int = 128
+    strat_lr: float = 1e-3
+    strat_group: int | Literal["auto"] = "auto"
+    min_loss_floor: float = MIN_LOSS_FLOOR
+    strat_u: Literal["eq2", "log_ratio"] = "eq2"
 
     def __post_init__(self) -> None:
-        check_distill_config(self, counts=("kd_batch_size", "nz", "ngf"), positive=("g_lr",),
-                             nonnegative=("ce_weight", "bn_weight", "adv_weight"))
+        check_synthesis_config(self)
+
+
+def check_synthesis_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
+                           nonnegative: Sequence[str] = (),
+                           choices: dict[str, Sequence[Any]] | None = None) -> None:
+    """:func:`check_distill_config` with the fields of :class:`SynthesisConfig` (the KD batch,
+    the loss weights, the teacher and the stratification settings) added to the given ones."""
+    check_distill_config(
+        cfg, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size", *counts),
+        positive=("g_lr", "strat_lr", "min_loss_floor", *positive),
+        nonnegative=("ce_weight", "bn_weight", "adv_weight", *nonnegative),
+        choices={"teacher": TEACHERS, "strat_u": U_RULES, **(choices or {})})
+    g = cfg.strat_group
+    if g != "auto" and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
+        raise ValueError(f"{type(cfg).__name__}.strat_group must be a positive integer or "
+                         f"'auto' (got {g!r})")
 
 
 SWITCH = (True, False, "auto")
@@ -127,4 +162,5 @@ def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequenc
                          f"known: {', '.join(MODEL_NAMES)}")
 
 
-__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "check_distill_config"]
+__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "SynthesisConfig",
+           "check_distill_config", "check_synthesis_config"]
