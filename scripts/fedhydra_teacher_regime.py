@@ -24,8 +24,8 @@ One thread (``torch.set_num_threads(1)``, one client-training worker).
 
     nohup python scripts/fedhydra_teacher_regime.py > /tmp/hydra_table.log 2>&1 &
     python scripts/fedhydra_teacher_regime.py --table          # print the tables only
-    python scripts/fedhydra_teacher_regime.py --epochs 20 \
-        --out results/fedhydra_teacher_regime_e20.json
+    python scripts/fedhydra_teacher_regime.py --epochs 20 --settings 2c/c \
+        --out results/fedhydra_teacher_regime_e20.json --only 'dense: mean_logits / pool;...'
 """
 
 import argparse
@@ -49,12 +49,16 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--epochs", type=int, default=QUICK["epochs"], help="server epochs")
+    ap.add_argument("--only", default="", help="run only these variants: labels separated "
+                    "by ';', e.g. 'dense: mean_logits / pool;fedhydra: sa / intermediate'")
     ap.add_argument("--table", action="store_true", help="print the tables, run nothing")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    only = {v.strip() for v in args.only.split(";") if v.strip()}
     if not args.table:
         run_table(args.out, [int(s) for s in args.seeds.split(",")],
                   args.settings.split(","), {**QUICK, "epochs": args.epochs},
+                  only=(lambda v: v.label in only) if only else None,
                   log=lambda s: print(s, flush=True))
     data = load_results(args.out)
     with pd.option_context("display.width", 200, "display.max_rows", 500):
