@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
@@ -191,6 +194,22 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
     return 0
 
 
+def check_out(out: str) -> None:
+    """``--out`` must be a folder this process can write (made when missing), checked before
+    any task runs."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder: give a folder for runs/, "
+                         "figures/ and report/")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {out}: cannot write there ({e.strerror or e}); give a "
+                         "writable folder") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -198,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = executor_config(args)
         if args.dry_run:
             return dry_run(tasks, cfg, args)
+        check_out(args.out)
     except (ValueError, MissingDependencyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -223,5 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if n["failed"] else 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a batch system stopping us) as Ctrl-C: queued and running batch jobs
+    are cancelled and the report of what finished is written."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

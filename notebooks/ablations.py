@@ -143,7 +143,8 @@ tables.compare("dense", "T6")
 # %% [markdown]
 # ## DENSE Table 4: DENSE on LDAM-trained clients
 # The figure: every variant of Tables 4/6, ours beside the paper's numbers (for FMNIST, which
-# DENSE does not print, the paper's CIFAR10/SVHN/CIFAR100 numbers at the same α).
+# DENSE does not print, the paper's CIFAR10/SVHN/CIFAR100 numbers at the same α; "n/a": the
+# paper has no such cell). The table: Table 4's two rows.
 
 # %%
 section.save_dense_variants_figure(tables, dataset, figures_dir)
@@ -151,6 +152,7 @@ tables.compare("dense", "T4")
 
 # %% [markdown]
 # ## FedCVAE Table 6: decoder aggregation, knowledge distillation vs parameter averaging
+# The table, then the paper's number beside ours (last and best epoch) per aggregation.
 
 # %%
 cvae_t6 = tables.compare("fedcvae", "T6")
@@ -160,6 +162,8 @@ cvae_t6
 
 # %% [markdown]
 # ## FedCVAE Table 7: less data per client
+# The figure: accuracy against the share of the training set the clients get, ours solid and
+# the paper's dashed; then the table.
 
 # %%
 section.save_subsets_figure(tables, dataset, figures_dir)
@@ -167,6 +171,7 @@ tables.compare("fedcvae", "T7")
 
 # %% [markdown]
 # ## Summary (printed plainly)
+# Our mean over seeds per paper, table, method, preset and setting.
 
 # %%
 print(tables.frame().groupby(["paper", "table", "method", "preset", "setting"])[

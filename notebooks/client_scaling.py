@@ -154,12 +154,12 @@ print(section.fedcvae_spread(tables).to_string(index=False))
 
 # %% [markdown]
 # ## Accuracy against the number of clients
-# Solid: ours (last epoch). Dashed: the paper's cells for our dataset; where the table has no
-# cell for it (DENSE/FedHydra on FMNIST) the dashed lines are the paper's CIFAR10 numbers, as a
-# reference for the trend only.
+# One panel per table, one colour per method. Solid: ours (last epoch). Dashed: the paper's
+# cells for our dataset; where the table has no cell for it (DENSE/FedHydra on FMNIST), dotted:
+# the paper's CIFAR10 numbers, as a reference for the trend only.
 
 # %%
-section.save_accuracy_vs_clients(tables, figures_dir)
+path = section.save_accuracy_vs_clients(tables, figures_dir)
 
 # %% [markdown]
 # ## What the papers claim, and what we see

@@ -106,7 +106,9 @@ record(security_records + noise.records)
 # The paper prints no numbers for Fig. 5; its text: "Even a good guess of U(−10, 10) for a
 # normal prior of N(0, I) results in a 3–30 % point decrease in accuracy depending on the
 # dataset. A more realistic guess of U(−1000, 1000) results in a 33–67 % point decrease."
-# The server's reference is FedCVAE-Ens in Table 1 at α = 0.05.
+# The server's reference is FedCVAE-Ens in Table 1 at α = 0.05. The figure: our server's
+# accuracy (flat: it does not depend on b) and the eavesdropper's against b, per preset; below
+# it, the attacker's accuracy per b and preset, and each preset's gap to the server.
 
 # %%
 save_figure(sec.plot_fig5(security_records, f"FedCVAE Fig. 5: {dataset}, α={security_alpha}, "
@@ -117,27 +119,33 @@ sec.fig5_summary(security_records, security_alpha, num_clients)
 # ## Table 8 beside the paper
 # The paper's Table 8 prints FedCVAE-Ens only (its KD column is empty); `label_noise=std` is
 # the authors' code's noise (γ·n_k as standard deviation) on the same decoders. The γ = 0 row
-# is Table 1 (α = 0.01), below.
+# is Table 1 (α = 0.01), below. The figure: accuracy against γ, ours solid, the paper's
+# dashed.
 
 # %%
 t8 = noise.compare("fedcvae", "T8")
-fig = sec.plot_table8(t8, f"FedCVAE Table 8: {dataset} (solid ours, dashed paper)")
-save_figure(fig, figures_dir, "table8_label_noise") if fig is not None else None
+path = sec.save_table8(t8, f"FedCVAE Table 8: {dataset}", figures_dir)
 t8
+
+# %% [markdown]
+# Without noise (γ = 0): FedCVAE-Ens beside its Table 1 cell at α = 0.01.
 
 # %%
 noise.compare("fedcvae", "T1")
 
 # %% [markdown]
 # ## Figs. 7–8: decoded samples
-# Fig. 7-like: for each class, the client decoder holding most of that class decodes
-# `grid_per_class` samples per row; rows: z around μ (what the server draws, ±3 std), then the
-# eavesdropper's z ~ U(−b, b) for each b. Columns are the classes.
+# Fig. 7-like (one figure per preset): a column per class, decoded by the client decoder that
+# holds most of that class (named under the class); a block of `grid_per_class` rows per
+# sampler: z around μ (what the legitimate server draws, ±3 std), then the eavesdropper's
+# z ~ U(−b, b) for each b. The further the eavesdropper samples from μ, the less its images
+# look like the classes.
 #
 # Fig. 8-like: the aggregated server decoder — decoder parameter averaging vs knowledge
 # distillation (FedCVAE-KD) — at α = 0.01, beside the client decoders it summarises. Each
 # server decoder is sampled as FedCVAE-KD samples it (y uniform, truncated normal of Table 4's
-# KD width). Their classifiers' accuracies are shown, not recorded (Table 6 belongs to the
+# KD width), a column per class, a block of rows per decoder. Below the figures: their
+# classifiers' accuracies beside Table 6, shown, not recorded (Table 6 belongs to the
 # ablations notebook).
 
 # %%

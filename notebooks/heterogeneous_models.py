@@ -141,7 +141,8 @@ section.refuse_heterogeneous(tables)
 # `paper` is matched on dataset, α, m, method and setting; the quick run (FMNIST, a LeNet
 # server) has no cell in these CIFAR10/SVHN tables, so it shows n/a there — the papers' cells
 # are printed after the tables to compare orderings. DENSE Table 2 is shown; FedHydra Tables
-# 3/6/7 are printed; each table's figure is saved as `<paper>_<table>_paper_vs_ours.png`.
+# 3/6/7 are printed; each table's figure (`<paper>_<table>_paper_vs_ours.png`, under the
+# tables) draws the paper's number beside ours where the table has a cell, else ours alone.
 
 # %%
 compared = section.comparisons(tables, dataset, server_arch, figures_dir)
@@ -153,6 +154,8 @@ section.print_paper_cells([*dense_archs, *fedhydra_archs])
 
 # %% [markdown]
 # ## FedCVAE: ours beside Table 1 (homogeneous rows) and the Fig. 4 comparison
+# First the homogeneous runs beside their Table 1 cells; then Fig. 4: each method's accuracy
+# with homogeneous vs heterogeneous client CVAEs (the paper: about the same).
 
 # %%
 tables.compare("fedcvae", "T1")

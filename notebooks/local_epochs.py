@@ -95,10 +95,12 @@ print(section.figure_numbers(tables, figures))
 
 # %% [markdown]
 # ## Accuracy vs local epochs E: each client (thin grey), FedAvg and the distillation methods
-# One figure per paper figure (`dense_fig3_…`, `fedhydra_fig9_…`), one panel per α.
+# One figure per paper figure (`dense_fig3_…`, `fedhydra_fig9_…`), one panel per α; the
+# dotted black line is the teacher ensemble the distillation methods learn from. Neither paper
+# prints the numbers behind these figures, so no paper points are drawn.
 
 # %%
-section.save_accuracy_vs_local_epochs(tables, figures, alphas, dataset, figures_dir)
+paths = section.save_accuracy_vs_local_epochs(tables, figures, alphas, dataset, figures_dir)
 
 # %% [markdown]
 # ## Summary (printed plainly)

@@ -109,6 +109,8 @@ compared = section.comparisons(tables)
 
 # %% [markdown]
 # ## Accuracy vs round: ours (solid) and the paper (dashed; its datasets when ours has no cell)
+# One panel per table, one colour per method in every panel; where the paper has no cell for
+# our dataset, one line style per dataset it did run.
 
 # %%
 fig = section.plot_accuracy_vs_round(compared, dataset, figures_dir)

@@ -18,7 +18,8 @@
 #
 # Reproduces the data-distribution figures: DENSE Figs. 4–5 (right; Dirichlet α over clients),
 # FedHydra Figs. 3 and 6a (Dirichlet and "2c/c"), FedCVAE Figs. 3 and 9 (its own Dirichlet
-# scheme). Each bubble is the number of samples of one class held by one client.
+# scheme), and shows Co-Boosting's Dirichlet beside DENSE's. Each bubble is the number of
+# samples of one class held by one client.
 #
 # The defaults run on the embedded FashionMNIST subset in seconds; papermill injects the
 # paper's settings (e.g. `dataset="fmnist"`).
@@ -42,7 +43,7 @@ figures_dir: str = "../figures/partitions"
 from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.plots import plot_partitions, save_figure
-from ofl_core.sections.partitions import counts_text
+from ofl_core.sections.partitions import counts_text, dirichlet_schemes, side_by_side_counts
 
 ds = load_dataset(dataset, data_root)
 labels = ds.y_train.numpy()
@@ -50,6 +51,8 @@ print(f"{ds.name}: {len(labels)} training images, {ds.num_classes} classes")
 
 # %% [markdown]
 # ## DENSE / FedHydra Dirichlet scheme (α over clients, every client ≥ 10 samples)
+# One panel per α (DENSE Figs. 4–5, right; FedHydra Fig. 3): the smaller α, the fewer classes
+# each client holds. Below the figure: each client's size and its class counts.
 
 # %%
 dense_parts = {
@@ -57,23 +60,44 @@ dense_parts = {
     for a in alphas
 }
 fig = plot_partitions({k: p.counts for k, p in dense_parts.items()}, ds.classes)
-save_figure(fig, figures_dir, "dirichlet_dense")
+path = save_figure(fig, figures_dir, "dirichlet_dense")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(counts_text(dense_parts))
 
 # %% [markdown]
+# ## Two "Dirichlet" schemes: DENSE's per-class split and Co-Boosting's per-client prior
+# DENSE (and FedHydra, which follows DENSE's set-up) splits **each class** over the clients by
+# Dir(α·1_m), so client sizes differ. Co-Boosting's code (`dirichlet_client`) draws **each
+# client's** class prior from Dir(α·1_C) and gives every client the same number of samples;
+# when the classes a client wants run out, its remaining samples come from the classes left.
+# Same α and seed, left DENSE, right Co-Boosting; the tables add each client's total (and each
+# class's). In `main_tables` Co-Boosting runs on DENSE's partition (the same clients).
+
+# %%
+schemes = dirichlet_schemes(labels, num_clients, alphas, seed)
+fig = plot_partitions({k: p.counts for k, p in schemes.items()}, ds.classes)
+save_figure(fig, figures_dir, "dirichlet_dense_vs_coboosting")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(side_by_side_counts(schemes))
+
+# %% [markdown]
 # ## FedHydra "2c/c": each client holds two disjoint classes
+# FedHydra Fig. 6a: every client holds its own two classes (equal shares) and nothing else.
 
 # %%
 twocc = make_partition(labels, min(num_clients, ds.num_classes // classes_per_client),
                        "classes_per_client", classes_per_client=classes_per_client, seed=seed)
 fig = plot_partitions({f"{classes_per_client}c/c": twocc.counts}, ds.classes)
-save_figure(fig, figures_dir, "classes_per_client")
+path = save_figure(fig, figures_dir, "classes_per_client")
 
 # %% [markdown]
 # ## FedCVAE scheme (per-client proportions over classes; 50% subset for MNIST/FMNIST)
+# FedCVAE Figs. 3 and 9: a Dirichlet draw per client over the classes (not per class over the
+# clients), on half the training set; at α = 0.001 most clients hold one class.
 
 # %%
 cvae_parts = {
@@ -82,7 +106,7 @@ cvae_parts = {
     for a in fedcvae_alphas
 }
 fig = plot_partitions({k: p.counts for k, p in cvae_parts.items()}, ds.classes)
-save_figure(fig, figures_dir, "dirichlet_fedcvae")
+path = save_figure(fig, figures_dir, "dirichlet_fedcvae")
 
 # %%
 # NBVAL_CHECK_OUTPUT

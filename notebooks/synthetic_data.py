@@ -89,7 +89,8 @@ tables.compare("fedhydra", "T1")
 # ## DENSE Fig. 6 / FedHydra Fig. 12: real training images and synthetic images
 # Top: one real training image per class (from the clients' data). Below: the last synthetic
 # batch of each method (DENSE: the epoch's lowest-loss batch that joined its pool; FedHydra: the
-# last generator step's batch), sorted by the label the generator was asked for.
+# last generator step's batch), one row per label the generator was asked for (the row label
+# gives the class and how many images of the batch it got).
 
 # %%
 syn.save_image_grids(tables, figures_dir, f"{dataset}, α={alpha}")

@@ -95,7 +95,8 @@ record(tables.records)
 # %% [markdown]
 # ## FedHydra Table 2 (2c/c): ours beside the paper
 # `paper` is the paper's FMNIST cell for the embedded subset (labelled FMNIST); both FedHydra
-# rows (literal SA and `sa_rescale`) sit beside the same paper number.
+# rows (literal SA and `sa_rescale`) sit beside the same paper number. The table, then the
+# paper's number beside ours per method.
 
 # %%
 t2 = tables.compare("fedhydra", "T2")
@@ -115,6 +116,7 @@ check = section.fig6b_block_check(tables, tables.setups[0], figures_dir,
 
 # %% [markdown]
 # ## Fig. 7: test accuracy over distillation epochs (first seed; FedAvg has no epochs)
+# One curve per distillation method: the server model's test accuracy after each epoch.
 
 # %%
 curves = section.fig7_curves(tables, figures_dir,

@@ -20,12 +20,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from .clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
+from .clients import (
+    ClientUpload,
+    LocalTrainConfig,
+    UploadError,
+    train_key_payload,
+    train_local,
+    validate_upload,
+)
 from .data.datasets import ImageDataset
-from .data.partition import Partition
+from .data.partition import Partition, check_no_empty_client
 from .grouped_training import groupable, train_grouped
+from .precision import resolve_amp
+from .progress import progress_bar
 from .seeds import client_seed, cvae_init_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
@@ -51,7 +59,8 @@ class ClientJob:
 class ClientKind:
     """What one kind of client trains, how it is keyed in the cache, and what it uploads.
 
-    ``train`` must be a module-level function (worker processes receive it by name).
+    ``train`` must be a module-level function (worker processes receive it by name);
+    ``upload_kind`` is the :attr:`ClientUpload.kind` its uploads have.
     """
 
     name: str
@@ -59,6 +68,7 @@ class ClientKind:
     key: Callable[[ImageDataset, Partition, int, Any, int, str | None], dict]
     upload: Callable[[int, State, ImageDataset, Partition, Any, int], ClientUpload]
     check: Callable[[ImageDataset], None] = lambda dataset: None
+    upload_kind: str = "classifier"
 
 
 def _train_classifier(job: ClientJob) -> State:
@@ -114,7 +124,7 @@ def _check_decoder_data(dataset: ImageDataset) -> None:
 
 CLASSIFIER = ClientKind("clients", _train_classifier, train_key_payload, _classifier_upload)
 DECODER = ClientKind("CVAE clients", _train_decoder, _decoder_key, _decoder_upload,
-                     _check_decoder_data)
+                     _check_decoder_data, upload_kind="decoder")
 
 
 def client_kind(cfg: Any) -> ClientKind:
@@ -160,6 +170,28 @@ def refuse_in_starting_worker() -> None:
         raise RuntimeError(UNGUARDED_SCRIPT)
 
 
+def cached_states(cache: UploadCache | None, kind: ClientKind, keys: list[dict],
+                  dataset: ImageDataset, partition: Partition, cfgs: list[Any], seed: int
+                  ) -> dict[int, State]:
+    """The clients the cache holds, each checked as the upload it becomes
+    (:func:`~ofl_core.clients.validate_upload`): an entry with missing or unexpected
+    parameters, wrong shapes or dtypes, or non-finite values is corrupt — removed with a
+    warning naming the file, and its client trained again."""
+    states: dict[int, State] = {}
+    for k, key in enumerate(keys):
+        if cache is None or (state := cache.get(key)) is None:
+            continue
+        try:
+            validate_upload(kind.upload(k, state, dataset, partition, cfgs[k], seed),
+                            kind.upload_kind)
+        except UploadError as e:
+            cache.hits, cache.misses = cache.hits - 1, cache.misses + 1
+            cache.discard(key, f"not a valid client ({e})")
+            continue
+        states[k] = state
+    return states
+
+
 def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int) -> State:
     torch.set_num_threads(threads)
     return train(job)
@@ -171,7 +203,7 @@ def _use_grouped(trainer: str, kind: ClientKind, cfgs: Sequence[Any],
         raise ValueError(f"trainer must be 'auto', 'grouped' or 'sequential' (got {trainer!r})")
     if trainer == "sequential" or kind is not CLASSIFIER or init_state is not None:
         return False
-    if any(c != cfgs[0] for c in cfgs) or cfgs[0].amp or not groupable(cfgs[0], len(cfgs)):
+    if any(c != cfgs[0] for c in cfgs) or not groupable(cfgs[0], len(cfgs)):
         return False
     return trainer == "grouped" or torch.device(device).type == "cuda"
 
@@ -199,6 +231,8 @@ def train_clients(
     """
     refuse_in_starting_worker()
     m = partition.num_clients
+    check_no_empty_client(partition.sizes, partition.scheme, partition.alpha, partition.seed,
+                          partition.subset)  # a hand-made partition too
     cfgs = list(cfg) if isinstance(cfg, Sequence) else [cfg] * m
     if len(cfgs) != m:
         raise ValueError(f"got {len(cfgs)} client configs for {m} clients; give one or {m}")
@@ -212,16 +246,18 @@ def train_clients(
     grouped = _use_grouped(trainer, kind, cfgs, device, init_state)
     if grouped:  # the grouped kernels round differently: their own cache entries
         keys = [{**key, "trainer": "grouped"} for key in keys]
+    if kind is CLASSIFIER:  # "auto" precision depends on the machine: key what it resolves to
+        keys = [{**key, "amp": resolve_amp(c.amp, device)} for key, c in zip(keys, cfgs,
+                                                                              strict=True)]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
-        states = {k: s for k in range(m)
-                  if cache is not None and (s := cache.get(keys[k])) is not None}
+        states = cached_states(cache, kind, keys, dataset, partition, cfgs, seed)
         todo = [k for k in range(m) if k not in states]
         jobs = {k: ClientJob(k, dataset.x_train[torch.as_tensor(partition.client_indices[k])],
                              dataset.y_train[torch.as_tensor(partition.client_indices[k])],
                              cfgs[k], dataset.num_classes, seed) for k in todo}
         work = sum(len(jobs[k].y) * cfgs[k].epochs for k in todo)
         n_workers = resolve_workers(workers, device, len(todo), work) if init_state is None else 1
-        bar = tqdm(total=m, initial=m - len(todo), desc=kind.name, disable=not progress)
+        bar = progress_bar(total=m, initial=m - len(todo), desc=kind.name, show=progress)
 
         def finish(k: int, state: State) -> None:
             states[k] = state
@@ -252,5 +288,5 @@ def train_clients(
     return [kind.upload(k, states[k], dataset, partition, cfgs[k], seed) for k in range(m)]
 
 
-__all__ = ["CLASSIFIER", "DECODER", "ClientJob", "ClientKind", "client_kind", "resolve_workers",
-           "train_clients"]
+__all__ = ["CLASSIFIER", "DECODER", "ClientJob", "ClientKind", "cached_states", "client_kind",
+           "resolve_workers", "train_clients"]

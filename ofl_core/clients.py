@@ -16,15 +16,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
-from .presets import check_fields, check_preset
+from .precision import resolve_amp
+from .presets import check_preset
+from .progress import progress_bar
 from .seeds import init_seed
+from .validation import COUNT, NONNEG, POSITIVE, check_config
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,9 @@ class LocalTrainConfig:
 
     Speed options, as the server methods have them: ``channels_last`` (convolutions on
     channels-last tensors; "auto" = on the CPU, where it is ~1.4× faster; float32 all the same,
-    equal up to rounding) and ``amp`` (bfloat16 autocast; off by default: see
-    docs/decisions.md for where it was measured against float32).
+    equal up to rounding) and ``amp`` (bfloat16 autocast; "auto" = where bfloat16 is native,
+    :mod:`ofl_core.precision`; measured against float32 in docs/decisions.md; False keeps
+    float32).
     """
 
     arch: str = "cnn_mnist"
@@ -56,15 +59,15 @@ class LocalTrainConfig:
     bn_eval_after_first_epoch: bool = False
     model_kwargs: tuple[tuple[str, object], ...] = ()
     channels_last: bool | Literal["auto"] = "auto"
-    amp: bool = False
+    amp: bool | Literal["auto"] = "auto"
     preset: str = "paper"
 
     def __post_init__(self) -> None:
+        check_config(self, {"epochs": NONNEG, "lr": POSITIVE, "momentum": NONNEG,
+                            "weight_decay": NONNEG, "batch_size": COUNT,
+                            "ldam_max_margin": NONNEG, "ldam_scale": POSITIVE})
         if self.arch not in MODEL_NAMES:
             raise ValueError(f"arch: unknown model {self.arch!r}; known: {', '.join(MODEL_NAMES)}")
-        check_fields(self, at_least={"epochs": 0, "batch_size": 1}, positive=("lr",),
-                     choices={"optimizer": ("sgd", "adam"), "loss": ("ce", "ldam"),
-                              "augment": ("none", "crop_flip", "flip")})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> LocalTrainConfig:
@@ -103,6 +106,9 @@ class UploadError(ValueError):
 #: the largest |value| a trained model's float tensor may hold (trained weights and BN
 #: statistics on [0, 1] images stay far below; a scaled or poisoned upload does not)
 MAX_ABS_WEIGHT = 1e6
+#: the largest per-class sample count a decoder upload may claim (far above any dataset; a
+#: count of 1e308 made the label distribution's sum overflow)
+MAX_LABEL_COUNT = 10**12
 
 
 def check_upload_header(upload: ClientUpload, num_classes: int, in_channels: int,
@@ -203,19 +209,28 @@ def _decoder_of(upload: ClientUpload, who: str) -> tuple[nn.Module, str]:
     extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
     if extra_kw:
         raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")
-    counts = upload.label_counts
-    if counts is None or len(counts) != upload.num_classes:
-        raise UploadError(f"{who}: label_counts must give one count per class "
-                          f"({upload.num_classes}), got {counts!r}")
-    c = np.asarray(counts, dtype=np.float64)
-    if not np.all(np.isfinite(c)) or np.any(c < 0):
-        raise UploadError(f"{who}: label_counts must be finite and ≥ 0 (got {tuple(counts)})")
+    check_label_counts(upload.label_counts, upload.num_classes, who)
     try:
         dec = build_decoder(upload.arch, upload.num_classes, upload.in_channels,
                             upload.image_size, d)
     except ValueError as e:
         raise UploadError(f"{who}: {e}") from None
     return dec, f"for {upload.arch!r} with latent_dim={d}"
+
+
+def check_label_counts(counts: object, num_classes: int, who: str) -> None:
+    """A decoder upload's ``label_counts``: one integer count per class, each in
+    0 … :data:`MAX_LABEL_COUNT` (not a bool, float, NaN or a negative number)."""
+    if (not isinstance(counts, tuple | list | np.ndarray) or np.ndim(counts) != 1
+            or len(counts) != num_classes):
+        raise UploadError(f"{who}: label_counts must give one count per class "
+                          f"({num_classes}), got {counts!r}")
+    for i, v in enumerate(counts):
+        if (not isinstance(v, int | np.integer) or isinstance(v, bool | np.bool_)
+                or not 0 <= v <= MAX_LABEL_COUNT):
+            raise UploadError(f"{who}: label_counts[{i}] must be an integer ≥ 0 and ≤ "
+                              f"{MAX_LABEL_COUNT:.0e} (a class's sample count), got {v!r} "
+                              f"({type(v).__name__})")
 
 
 def ldam_loss(
@@ -273,6 +288,7 @@ def train_local(
         dev.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in model.modules()))
     if channels_last:
         model.to(memory_format=torch.channels_last)
+    amp = resolve_amp(cfg.amp, dev)
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
@@ -284,7 +300,7 @@ def train_local(
     counts = torch.bincount(y, minlength=num_classes)
     n = len(yd)
     steps = math.ceil(n / cfg.batch_size)
-    for epoch in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+    for epoch in progress_bar(range(cfg.epochs), desc=desc, leave=False, show=progress):
         if cfg.bn_eval_after_first_epoch and epoch == 1:
             model.eval()  # ⚑ DENSE's code: BN layers stop updating after the first epoch
         perm = torch.randperm(n, generator=gen).to(dev)
@@ -295,7 +311,7 @@ def train_local(
                 xb = random_crop_flip(xb, crop=cfg.augment == "crop_flip", generator=gen)
             if channels_last:
                 xb = xb.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.amp):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
                 logits = model(xb)
             logits = logits.float()
             if cfg.loss == "ldam":

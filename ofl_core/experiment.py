@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -27,12 +28,15 @@ from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
 from .methods import METHODS, ServerContext, ServerResult, method_config, run_method
+from .precision import precision_label, resolve_amp
 from .results import ResultRecord
 from .upload_cache import UploadCache
+from .validation import COUNT, NONNEG, check_config, check_device, within
 
 
 def resolve_device(device: str) -> str:
     """``"auto"`` → ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    check_device(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -62,10 +66,10 @@ class ExperimentConfig:
     resize: int | None = None
     local: LocalTrainConfig = field(default_factory=LocalTrainConfig)
     archs: tuple[str, ...] | None = None
-    data_root: str | None = None
-    cache_dir: str | None = None
+    data_root: str | os.PathLike | None = None
+    cache_dir: str | os.PathLike | None = None
     device: str = "cpu"
-    workers: int | str = "auto"
+    workers: int | Literal["auto"] = "auto"
     experiment: str = ""
     paper: str = ""
     table: str = ""
@@ -73,6 +77,12 @@ class ExperimentConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if self.archs is not None and not isinstance(self.archs, str):
+            object.__setattr__(self, "archs", tuple(self.archs))
+        check_config(self, {"num_clients": COUNT, "seed": NONNEG, "workers": COUNT,
+                            "subset": within(0, 1, low_open=True), "classes_per_client": COUNT,
+                            "resize": COUNT})
+        check_device(self.device, "ExperimentConfig.device")
         if self.partition not in SCHEMES:
             raise ValueError(
                 f"partition: unknown scheme {self.partition!r}; choose one of: {', '.join(SCHEMES)}"
@@ -81,10 +91,7 @@ class ExperimentConfig:
             raise ValueError(
                 f"alpha must be > 0 for the {self.partition!r} partition (got {self.alpha})"
             )
-        if self.num_clients < 1:
-            raise ValueError(f"num_clients must be ≥ 1 (got {self.num_clients})")
         if self.archs is not None:
-            object.__setattr__(self, "archs", tuple(self.archs))
             if len(self.archs) != self.num_clients:
                 raise ValueError(f"archs gives {len(self.archs)} architectures for "
                                  f"{self.num_clients} clients; give one per client")
@@ -127,6 +134,7 @@ class Setup:
     client_accs: list[float]
     ensemble_acc: float | None
     device: str
+    local_amp: bool = False  # the clients trained under bfloat16 autocast
 
     def context(self, seed: int | None = None) -> ServerContext:
         ds = self.dataset
@@ -172,6 +180,7 @@ class Setup:
             data_source=self.dataset.name,
             best_client_acc=round(max(accs), 4) if accs else None,
             mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
+            precision=precision_label(self.local_amp, bool(getattr(config, "amp", False))),
         )
 
 
@@ -207,8 +216,10 @@ def setup_experiment(
     ens: float | None = None
     if uploads[0].kind == "classifier":
         accs, ens = client_accuracies(uploads, ds, device)
+    first = clients[0] if isinstance(clients, Sequence) else clients
     return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=accs,
-                 ensemble_acc=ens, device=device)
+                 ensemble_acc=ens, device=device,
+                 local_amp=resolve_amp(getattr(first, "amp", False), device))
 
 
 def method_key(name: str, config: Any, names: Sequence[str]) -> str:

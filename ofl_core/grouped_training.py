@@ -33,6 +33,7 @@ from torch import nn
 from .augment import random_crop_flip
 from .clients import LocalTrainConfig, init_model, ldam_loss
 from .models.cnn import CNNCifar, CNNMnist
+from .precision import resolve_amp
 from .seeds import init_seed
 
 State = dict[str, torch.Tensor]
@@ -212,7 +213,8 @@ def _export(g: GroupedCNN, opt: torch.optim.SGD, clients: Sequence[_Client],
 
 
 def _step(g: GroupedCNN, opt: torch.optim.SGD, batches: list[torch.Tensor | None],
-          labels: list[torch.Tensor | None], loss_fn: Callable, shape: tuple[int, ...]) -> None:
+          labels: list[torch.Tensor | None], loss_fn: Callable, shape: tuple[int, ...],
+          amp: bool = False) -> None:
     """One SGD step of the clients with a batch; the others (None) are left as they were."""
     idle = [j for j, b in enumerate(batches) if b is None]
     saved = []
@@ -226,7 +228,10 @@ def _step(g: GroupedCNN, opt: torch.optim.SGD, batches: list[torch.Tensor | None
     x = torch.cat([xb if xb is not None else torch.zeros(b, *shape) for xb in batches], 1)
     if next(g.parameters()).device.type == "cpu":
         x = x.contiguous(memory_format=torch.channels_last)
-    logits = g(x.to(next(g.parameters()).device))
+    dev = next(g.parameters()).device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+        logits = g(x.to(dev))
+    logits = logits.float()
     loss = sum(loss_fn(j, logits[j], labels[j]) for j in range(len(batches))
                if batches[j] is not None)
     opt.zero_grad(set_to_none=False)
@@ -306,6 +311,6 @@ def _tick(g: GroupedCNN, opt: torch.optim.SGD, active: list[int], clients: list[
         pick = [j for j, b in enumerate(batches) if len(b[1]) == size]
         _step(g, opt, [batches[j][0] if j in pick else None for j in range(len(active))],
               [batches[j][1] if j in pick else None for j in range(len(active))], loss_fn,
-              shape)
+              shape, resolve_amp(cfg.amp, dev))
     for k in active:
         clients[k].advance(steps[k])

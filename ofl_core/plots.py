@@ -10,7 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 
 def save_figure(fig: Figure, figures_dir: str | os.PathLike, name: str) -> Path:
@@ -60,9 +62,29 @@ def plot_partitions(partitions: Mapping[str, np.ndarray],
     return fig
 
 
-def _legend_outside(ax: plt.Axes) -> None:
+def _legend_outside(ax: plt.Axes, handles: Sequence[Artist] | None = None) -> None:
     """The legend to the right of the axes, where it covers no data."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    kw = {} if handles is None else {"handles": list(handles)}
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw)
+
+
+def _tick_labels(ax: plt.Axes, labels: Sequence[str]) -> None:
+    """Category labels under the bars, turned when they would run into each other."""
+    ax.set_xticks(range(len(labels)))
+    longest = max((len(ln) for lab in labels for ln in str(lab).split("\n")), default=0)
+    room = 0.75 * ax.figure.get_size_inches()[0] / max(len(labels), 1)  # inches per label
+    if len(labels) > 12:
+        ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    elif longest * 0.065 > 0.9 * room:  # ~0.065 in per character at 8 pt
+        ax.set_xticklabels(labels, rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
+    else:
+        ax.set_xticklabels(labels, fontsize=8)
+
+
+def _bar_width(groups: int, bars_per_group: int) -> float:
+    """Figure width (inches) for grouped bars: wide enough per bar, at most 10 (the report
+    shows figures at most 1100 px wide: 10 in at 120 dpi is shrunk by a tenth)."""
+    return min(10.0, max(4.0, 0.3 * groups * bars_per_group + 0.4 * groups + 1.5))
 
 
 def _bars(ax: plt.Axes, long: pd.DataFrame, x: str, order: Sequence[str],
@@ -91,21 +113,30 @@ def method_labels(table: pd.DataFrame) -> pd.Series:
 
 
 def plot_paper_vs_ours(table: pd.DataFrame, title: str = "") -> Figure:
-    """Grouped bars per method: the paper's number and ours (last and best epoch)."""
+    """Grouped bars per method: the paper's number and ours (last and best epoch).
+
+    Only rows with a paper cell are drawn (the table shows the others); when no row has one
+    (e.g. a dataset the paper never ran), ours alone, with a note saying so."""
     t = table.copy()
     t["label"] = method_labels(t)
     if t["alpha"].nunique() > 1:
         t["label"] = t["label"] + " α=" + t["alpha"].astype(str)
-    rows = [str(i) for i in range(len(t))]  # one group per row, even where labels repeat
     series = {"paper": "paper", "ours_last": "ours (last)", "ours_best": "ours (best)"}
+    has_paper = t["paper"].notna()
+    if not has_paper.any():
+        del series["paper"]
+        title += "\n(the paper has no cell for this setting: ours only)"
+    elif not has_paper.all():
+        title += f"\n({int((~has_paper).sum())} of our rows have no paper cell: in the table only)"
+        t = t[has_paper].reset_index(drop=True)
+    rows = [str(i) for i in range(len(t))]  # one group per row, even where labels repeat
     long = pd.DataFrame([(r, name, v) for col, name in series.items()
                          for r, v in zip(rows, t[col], strict=True)],
                         columns=["row", "series", "value"])
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(t)), 3.4))
+    fig, ax = plt.subplots(figsize=(_bar_width(len(t), len(series)), 3.4))
     _bars(ax, long, "row", rows, list(series.values()),
           {"paper": "0.6", "ours (last)": "tab:blue", "ours (best)": "tab:cyan"})
-    ax.set_xticks(range(len(t)))
-    ax.set_xticklabels(t["label"], rotation=30, ha="right", fontsize=8)
+    _tick_labels(ax, list(t["label"]))
     ax.set_xlabel("")
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(0, 100)
@@ -131,23 +162,37 @@ def plot_curves(curves: Mapping[str, Sequence[float]], title: str = "",
     return fig
 
 
-def plot_image_grid(images: np.ndarray, nrow: int = 8, title: str = "") -> Figure:
-    """A grid of images given as float (N, C, H, W) in [0, 1]."""
-    imgs = np.asarray(images)
-    n = len(imgs)
-    ncol = min(nrow, n)
-    rows = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(rows, ncol, figsize=(ncol * 0.9, rows * 0.9), squeeze=False)
+def plot_image_rows(blocks: Mapping[str, np.ndarray], ncol: int, title: str = "",
+                    col_labels: Sequence[str] | None = None, size: float = 0.75) -> Figure:
+    """Labelled blocks of images (float (N, C, H, W) in [0, 1]): each block fills rows of
+    ``ncol`` images and its label sits left of them; ``col_labels`` head the columns. FedCVAE
+    Figs. 7–8: a block per sampler or decoder, a column per class; DENSE Fig. 6: a block per
+    class. An empty block is left out."""
+    shown = [(label, np.asarray(imgs)) for label, imgs in blocks.items() if len(imgs)]
+    size = min(size, 8.0 / ncol)  # at most ~10 in wide with the labels
+    heights = [-(-len(imgs) // ncol) for _, imgs in shown]
+    rows, label_in, top_in = max(sum(heights), 1), 1.9, 0.35 + 0.25 * bool(col_labels)
+    w, h = ncol * size + label_in, rows * size + top_in
+    fig, axes = plt.subplots(rows, ncol, figsize=(w, h), squeeze=False)
+    fig.subplots_adjust(left=label_in / w, right=0.995, bottom=0.005, top=1 - top_in / h,
+                        wspace=0.06, hspace=0.06)
     for ax in axes.ravel():
         ax.axis("off")
-    for i in range(n):
-        img = imgs[i].transpose(1, 2, 0)
-        ax = axes.ravel()[i]
-        if img.shape[-1] == 1:
-            ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1)
-        else:
-            ax.imshow(np.clip(img, 0, 1))
-    fig.suptitle(title, fontsize=9)
+    r = 0
+    for (label, imgs), n_rows in zip(shown, heights, strict=True):
+        for i, img in enumerate(imgs.transpose(0, 2, 3, 1)):
+            ax = axes[r + i // ncol, i % ncol]
+            if img.shape[-1] == 1:
+                ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=1)
+            else:
+                ax.imshow(np.clip(img, 0, 1))
+        first, last = axes[r, 0].get_position(), axes[r + n_rows - 1, 0].get_position()
+        fig.text(first.x0 - 0.08 / w, (first.y1 + last.y0) / 2, label, ha="right",
+                 va="center", fontsize=8)
+        r += n_rows
+    for ax, label in zip(axes[0], col_labels or [], strict=False):
+        ax.set_title(label, fontsize=7)
+    fig.suptitle(title, fontsize=9, y=1 - 0.05 / h, va="top")
     return fig
 
 
@@ -203,11 +248,10 @@ def plot_grouped_bars(values: Mapping[str, Mapping[str, float]], title: str = ""
     series = [str(s) for s in dict.fromkeys(s for g in values for s in values[g])]
     long = pd.DataFrame([(str(g), str(s), float(v)) for g in values for s, v in values[g].items()],
                         columns=["group", "series", "value"])
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(groups) * max(len(series), 1) / 2 + 2),
-                                    3.4))
+    fig, ax = plt.subplots(figsize=(_bar_width(len(groups), max(len(series), 1)), 3.4))
     if series:
         _bars(ax, long, "group", groups, series)
-    ax.tick_params(axis="x", labelsize=8)
+    _tick_labels(ax, groups)
     ax.set_xlabel("")
     ax.set_ylabel(ylabel)
     if ylim is not None:
@@ -228,6 +272,7 @@ def plot_accuracy_vs(
     frame: pd.DataFrame, x: str, ys: Mapping[str, str] | None = None, *, group: str = "method",
     title: str = "", xlabel: str | None = None, logx: bool = False, ax: plt.Axes | None = None,
     order: Sequence[str] | None = None, styles: Sequence[str] | None = None,
+    legend: bool = True,
 ) -> Figure:
     """Accuracy against a varied setting (number of clients m, the attacker's bound b, ...).
 
@@ -237,7 +282,9 @@ def plot_accuracy_vs(
     Points with a missing value are skipped; a column with no value at all draws nothing.
     ``order`` fixes each group's colour (its position), so panels drawn from different frames
     use the same colour for the same method. ``styles``: matplotlib format strings, one per
-    column of ``ys`` (default solid, dashed, dotted, dash-dot).
+    column of ``ys`` (default solid, dashed, dotted, dash-dot). The legend (right of the axes;
+    ``legend=False``: none, e.g. for :func:`figure_legend`) has one colour per group and one
+    line style per column.
     """
     ys = dict(ys or {"ours_last": "ours", "paper": "paper"})
     styles = list(styles or ["-o", "--s", ":^", "-.d"])
@@ -268,18 +315,56 @@ def plot_accuracy_vs(
     ax.set_ylim(0, 100)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, ncol=2)
+    if legend and ax.get_lines():
+        _legend_outside(ax, legend_handles(ax.get_lines()))
     return ax.figure
+
+
+def legend_handles(lines: Sequence[Line2D]) -> list[Line2D]:
+    """A compact legend for :func:`plot_accuracy_vs` lines (labelled ``"<group> (<column>)"``):
+    one colour per group, then — when the lines use several columns — one grey line per column
+    in its style ("ours", "paper", ...)."""
+    groups: dict[str, str] = {}
+    styles: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        name, sep, col = str(line.get_label()).rpartition(" (")
+        if sep:
+            groups.setdefault(name, line.get_color())
+            styles.setdefault(col.removesuffix(")"), (line.get_linestyle(), line.get_marker()))
+    if len(styles) == 1:  # one style: the colour entries carry it
+        ls, marker = next(iter(styles.values()))
+        return [Line2D([], [], color=c, linestyle=ls, marker=marker, markersize=4, label=n)
+                for n, c in groups.items()]
+    return ([Line2D([], [], color=c, lw=2.5, label=n) for n, c in groups.items()]
+            + [Line2D([], [], color="0.35", linestyle=ls, marker=marker, markersize=4, label=col)
+               for col, (ls, marker) in styles.items()])
+
+
+def accuracy_panels(n: int, width: float = 3.9, height: float = 3.0) -> tuple[Figure, list]:
+    """A figure of ``n`` panels, two per row, with room on the right for one
+    :func:`figure_legend` (at most 10 in wide: readable at the report's 1100 px)."""
+    cols = min(max(n, 1), 2)
+    rows = -(-max(n, 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols + 2.0, height * rows),
+                             squeeze=False, layout="constrained")
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.ravel()[:n])
+
+
+def figure_legend(fig: Figure) -> None:
+    """One legend for every :func:`plot_accuracy_vs` panel of ``fig``, right of the panels (the
+    same colour is the same group in every panel)."""
+    lines = [line for ax in fig.axes for line in ax.get_lines()]
+    if lines:
+        fig.legend(handles=legend_handles(lines), loc="outside right upper", fontsize=7,
+                   frameon=False)
 
 
 def save_paper_vs_ours(table: pd.DataFrame, title: str, figures_dir: str | os.PathLike,
                        name: str) -> Path | None:
-    """:func:`plot_paper_vs_ours` saved as ``<figures_dir>/<name>.png``; None (no figure) for
-    an empty comparison."""
+    """:func:`plot_paper_vs_ours` saved as ``<figures_dir>/<name>.png`` (and left open, so a
+    notebook shows it under the cell); None (no figure) for an empty comparison."""
     if table.empty:
         return None
-    fig = plot_paper_vs_ours(table, title)
-    path = save_figure(fig, figures_dir, name)
-    plt.close(fig)
-    return path
+    return save_figure(plot_paper_vs_ours(table, title), figures_dir, name)

@@ -48,6 +48,7 @@ class ResultRecord:
     data_source: str = ""
     best_client_acc: float | None = None
     mean_client_acc: float | None = None
+    precision: str = ""  # e.g. "local=bf16;server=fp32" ("" in records made before it)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,15 +68,18 @@ def records_frame(records: Iterable[ResultRecord | dict]) -> pd.DataFrame:
 
 def record(records: Sequence[ResultRecord], path: str | os.PathLike | None = None) -> None:
     """Publish a notebook's records: a display output with :data:`RECORDS_MIME` (read back by
-    :func:`read_records` from the executed notebook) and, if ``path`` is given, a JSON file."""
+    :func:`read_records` from the executed notebook) and, if ``path`` is given, a JSON file.
+
+    The output shows nothing: its ``text/plain`` is empty (JupyterLab and nbconvert's HTML draw
+    an empty line; without any text/plain nbconvert would warn that it cannot represent it).
+    The tables the notebook displays are the readable form of the same records."""
     data = [_finite_or_none(r.to_dict()) for r in records]
     if path:
         write_json_atomic(Path(path), data)
     try:
         from IPython.display import display
 
-        display({RECORDS_MIME: data, "text/plain": f"<{len(data)} ofl result records>"},
-                raw=True)
+        display({RECORDS_MIME: data, "text/plain": ""}, raw=True)
     except ImportError:  # plain Python: the JSON file is the record
         pass
 

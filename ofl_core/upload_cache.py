@@ -62,11 +62,31 @@ def state_hash(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
+def check_cache_root(root: Path, source: str) -> None:
+    """Refuse a cache root that is, or lies under, a file (``source`` names where it came
+    from: ``cache_dir=...`` or ``$OFL_CACHE_DIR``)."""
+    p = root
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        what = "is a file" if p == root else f"is under {p}, which is a file"
+        raise ValueError(f"the client cache folder {root} (from {source}) {what}, not a "
+                         "folder: point it at a folder (or unset it for the default "
+                         f"{platformdirs.user_cache_path('ofl') / 'clients'})")
+
+
 class UploadCache:
-    """A folder of ``<key>.pt`` files, each a trained client's tensors (dict of tensors)."""
+    """A folder of ``<key>.pt`` files, each a trained client's tensors (dict of tensors).
+
+    A read-only cache works as long as it holds every entry a run needs: no lock is taken
+    where the folder is not writable, and a client that must be trained is used but not
+    cached (with a warning)."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        source = ("cache_dir" if root is not None else
+                  "$OFL_CACHE_DIR" if os.environ.get("OFL_CACHE_DIR") else "the default")
+        check_cache_root(self.root, source)
         self.hits = 0
         self.misses = 0
 
@@ -88,13 +108,23 @@ class UploadCache:
         except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, not a crash
             problem = f"unreadable ({e})"
         if problem is not None:
-            warnings.warn(f"cache entry {p} is {problem}: removed, the client is trained "
-                          "again", stacklevel=2)
-            p.unlink(missing_ok=True)
             self.misses += 1
+            self.discard(payload, problem)
             return None
         self.hits += 1
         return obj["state"]
+
+    def discard(self, payload: dict, problem: str) -> None:
+        """Warn that ``payload``'s entry is ``problem`` (naming the file) and remove it, where
+        the cache is writable; the client is then trained again."""
+        p = self.path(payload)
+        try:
+            p.unlink(missing_ok=True)
+            done = "removed"
+        except OSError as e:  # a read-only cache: leave it, train the client anyway
+            done = f"not removed ({e.strerror or e})"
+        warnings.warn(f"cache entry {p} is {problem}: {done}, the client is trained again",
+                      stacklevel=3)
 
     @staticmethod
     def _problem(obj: object, payload: dict) -> str | None:
@@ -145,7 +175,11 @@ class UploadCache:
         Use it around "get → train what is missing → put" so that concurrent processes train a
         client once: the later one blocks here, then its ``get`` finds the entry.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError:  # cannot be created (read-only parent): nothing to lock, put() warns
+            yield
+            return
         paths = sorted({self.root / f"{payload_key(p)}.lock" for p in payloads})
         with contextlib.ExitStack() as stack:
             for p in paths:
@@ -162,6 +196,9 @@ def cache_lock(
 
 #: errnos of a filesystem without working locks (Lustre without ``-o flock``, some NFS mounts)
 _NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+#: errnos of a folder where the lock file cannot be created (read-only cache): entries are read
+#: without a lock (they are written whole, atomically); nothing is written there anyway
+_READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 #: ``is_singleton`` (filelock ≥ 3.13): one lock object per path, so re-entry from the holding
 #: thread through another :class:`UploadCache` counts up instead of deadlocking. Newer filelock
 #: switches to a marker-file lock where ``flock`` answers ENOSYS; a crashed holder's marker would
@@ -183,6 +220,9 @@ def _file_lock(path: Path) -> Iterator[None]:
     try:
         lock.acquire()
     except (OSError, NotImplementedError) as e:  # older filelock: NotImplementedError on ENOSYS
+        if isinstance(e, OSError) and e.errno in _READ_ONLY_ERRNOS:
+            yield
+            return
         if isinstance(e, OSError) and e.errno not in _NO_LOCK_ERRNOS:
             raise
         if not _warned_no_lock:

@@ -1,4 +1,5 @@
-"""Test-wide settings: no progress bars, a private client cache, a non-interactive backend."""
+"""Test-wide settings: no progress bars, a private client cache, a non-interactive backend;
+the local-SLURM fixtures (``slurm_fixture.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ if "OFL_CACHE_DIR" not in os.environ:
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from slurm_fixture import slurm, slurm_session  # noqa: E402, F401 - the SLURM test fixtures
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

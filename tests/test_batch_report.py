@@ -67,13 +67,14 @@ def test_report_scoreboard_structure(tmp_path):
                                                _rec("dense", 30.0)], paper_scale)
     quick = effective_parameters(Task("main_tables"))
     _run(tmp_path, "bbb", {}, [_rec("fedavg", 20.0), _rec("ensemble", 55.0),
+                               _rec("coboosting", 44.0),
                                _rec("dense", 11.0, table="Fig3", setting="local_epochs=1")],
          quick)
     (tmp_path / "runs" / "main_tables" / "ccc.failed.ipynb").write_text(
         nbformat.writes(nbformat.v4.new_notebook()))
     earlier = TaskResult(Task("main_tables", {"local_epochs": 3}), "ccc", "failed",
                          error="cell 4: ValueError: <boom>", detail="Traceback\nValueError: <boom>")
-    index = build_report(tmp_path, [earlier])
+    index = build_report(tmp_path, [earlier], results=None)
     soup = BeautifulSoup(index.read_text(), "html.parser")
 
     # the scoreboard comes first, DENSE Table 1 in it, in the paper's layout
@@ -106,12 +107,35 @@ def test_report_scoreboard_structure(tmp_path):
     assert "ensemble" not in board.text
     extras = board.find_next("table")  # ...but beside the table, as "also on these clients"
     assert "extras" in extras["class"] and "ensemble" in extras.text and "55.00" in extras.text
+    assert "coboosting" in extras.text and "44.00" in extras.text  # beside DENSE's rows
+    # the method taxonomy: what each method needs and what a client uploads
+    methods = soup.find(id="methods").find_next("table")
+    assert "taxonomy" in methods["class"] and "CVAE decoder + label counts" in methods.text
+    assert [tr.find("td").text for tr in methods.find_all("tr")[1:]][-3:] == [
+        "coboosting", "fedcvae-ens", "fedcvae-kd"]
     # the summary counts cells, and the failure is listed with its tail and its notebook
     summary = soup.find(class_="summary").text
     assert "2 run at paper scale (1 reproduced, 0 above, 1 below)" in " ".join(summary.split())
     fail = soup.find(id="fail-ccc")
     assert "ValueError: <boom>" in fail.text and fail.find("pre")
     assert fail.find("a")["href"] == "failed/main_tables/ccc.html"
+
+
+def test_shipped_results_are_on_the_scoreboard(tmp_path):
+    shipped = tmp_path / "results" / "main_tables"
+    shipped.mkdir(parents=True)
+    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
+            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
+    (shipped / "zzz.json").write_text(json.dumps({
+        "status": "done", "notebook": "main_tables", "run_id": "zzz", "parameters": {},
+        "effective_parameters": {**full[0], "alphas": [0.1]}, "seconds": 9000.0,
+        "records": [_rec("dense", 49.0)]}))
+    out = tmp_path / "out"
+    soup = BeautifulSoup(build_report(out, results=tmp_path / "results").read_text(),
+                         "html.parser")
+    cell = soup.find(id="dense-T1").find_next("table").find_all("tr")[-1]
+    assert "v-reproduced" in cell.find(class_="ours")["class"]
+    assert "shipped: results/main_tables/zzz.json" in soup.find(id="run-zzz").text
 
 
 def test_failures_stay_until_the_task_is_rerun(tmp_path):

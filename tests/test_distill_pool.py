@@ -39,6 +39,28 @@ def test_image_pool_float_is_exact() -> None:
         ImagePool().all()
 
 
+def test_image_pool_labels_follow_their_images() -> None:
+    """Co-Boosting keeps each synthetic image's label: labelled batches come out in the same
+    order as unlabelled ones for the same generator state, each image with its label."""
+    pool = ImagePool(uint8=False)
+    for k in range(3):
+        x = torch.rand(4, 1, 6, 6)
+        x[:, 0, 0, 0] = k  # the label written into the image
+        pool.add(x, torch.full((4,), k))
+    assert pool.labels().tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    pairs = list(pool.labelled_batches(5, torch.Generator().manual_seed(1)))
+    plain = list(pool.batches(5, torch.Generator().manual_seed(1)))
+    assert [len(y) for _, y in pairs] == [5, 5, 2]
+    for (xb, yb), xp in zip(pairs, plain, strict=True):
+        assert torch.equal(xb, xp) and torch.equal(xb[:, 0, 0, 0].long(), yb)
+    with pytest.raises(ValueError, match="every batch or with none"):
+        pool.add(torch.rand(4, 1, 6, 6))
+    with pytest.raises(ValueError, match="labels for"):
+        pool.add(torch.rand(4, 1, 6, 6), torch.zeros(3))
+    with pytest.raises(ValueError, match="no labels"):
+        ImagePool().labels()
+
+
 def test_augment_batch_modes() -> None:
     x = torch.rand(6, 3, 8, 8)
     assert augment_batch(x, "none") is x

@@ -22,10 +22,11 @@ def _data(sizes, channels=1, size=28):
 
 
 @pytest.mark.parametrize("cfg", [
-    LocalTrainConfig(epochs=2, batch_size=32),
-    LocalTrainConfig(epochs=2, batch_size=32, bn_eval_after_first_epoch=True, weight_decay=1e-3),
-    LocalTrainConfig(epochs=1, batch_size=32, loss="ldam", augment="flip"),
-    LocalTrainConfig(arch="cnn_cifar", epochs=1, batch_size=16),
+    LocalTrainConfig(epochs=2, batch_size=32, amp=False),
+    LocalTrainConfig(epochs=2, batch_size=32, bn_eval_after_first_epoch=True, weight_decay=1e-3,
+                     amp=False),
+    LocalTrainConfig(epochs=1, batch_size=32, loss="ldam", augment="flip", amp=False),
+    LocalTrainConfig(arch="cnn_cifar", epochs=1, batch_size=16, amp=False),
 ], ids=["ce", "bn-eval+wd", "ldam+flip", "cnn_cifar"])
 def test_grouped_equals_one_at_a_time_up_to_rounding(cfg):
     torch.set_num_threads(1)
@@ -64,7 +65,7 @@ def test_not_groupable_falls_back():
 def test_train_clients_grouped_caches_under_its_own_keys(tmp_path):
     ds = load_dataset("fmnist_embedded")
     part = make_partition(ds.y_train.numpy()[:600], 3, "dirichlet", alpha=0.5, seed=1)
-    cfg = LocalTrainConfig(epochs=1, batch_size=64)
+    cfg = LocalTrainConfig(epochs=1, batch_size=64, amp=False)
     cache = UploadCache(tmp_path)
     grouped = train_clients(ds, part, cfg, seed=1, cache=cache, workers=1, progress=False,
                             trainer="grouped")

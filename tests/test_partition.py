@@ -53,6 +53,7 @@ def _labels(n=2000, C=10, seed=0):
 @pytest.mark.parametrize("scheme,kw", [
     ("dirichlet", {"alpha": 0.3}),
     ("dirichlet_fedcvae", {"alpha": 0.05, "subset": 0.5}),
+    ("dirichlet_client", {"alpha": 0.1}),
     ("classes_per_client", {"classes_per_client": 2}),
     ("iid", {}),
 ])
@@ -94,6 +95,58 @@ def test_fedcvae_tiny_alpha_gives_no_nan_and_keeps_all_samples():
     assert np.isfinite(p.counts).all()
 
 
+def coboosting_dir_reference(labels, m, alpha, seed):
+    """Co-Boosting's ``partition_data(..., "dir")`` with sigma = 0, transcribed loop for loop
+    (its global ``np.random`` replaced by a ``RandomState``): the reference for
+    ``dirichlet_client``."""
+    rng = np.random.RandomState(seed)
+    n_cls = int(labels.max()) + 1
+    sizes = rng.lognormal(mean=np.log(len(labels) / m), sigma=0.0, size=m)
+    sizes = (sizes / np.sum(sizes) * len(labels)).astype(int)
+    cum = np.cumsum(rng.dirichlet(alpha=[alpha] * n_cls, size=m), axis=1)
+    idx_list = [np.where(labels == i)[0] for i in range(n_cls)]
+    amount = [len(i) for i in idx_list]
+    out = {j: [] for j in range(m)}
+    while np.sum(sizes) != 0:
+        k = rng.randint(m)
+        if sizes[k] <= 0:
+            continue
+        sizes[k] -= 1
+        while True:
+            c = np.argmax(rng.uniform() <= cum[k])
+            if amount[c] <= 0:
+                continue
+            amount[c] -= 1
+            out[k].append(idx_list[c][amount[c]])
+            break
+    return [np.array(out[k]) for k in range(m)]
+
+
+@pytest.mark.parametrize("alpha,seed", [(0.5, 2), (0.3, 0), (0.2, 5)])
+def test_dirichlet_client_matches_the_authors_loop(alpha, seed):
+    """Co-Boosting's scheme: the same index lists, in the same order, as its code's loop
+    (cases with hundreds of class redraws, none of them near-hopeless); equal client sizes
+    (⌊N/m⌋, or one less after float rounding); a per-client Dirichlet, unlike DENSE's
+    per-class split."""
+    y = _labels(600)
+    p = make_partition(y, 5, "dirichlet_client", alpha=alpha, seed=seed)
+    ref = coboosting_dir_reference(y, 5, alpha, seed)
+    assert all(np.array_equal(a, b) for a, b in zip(p.client_indices, ref, strict=True))
+    # equal sizes, truncated as the code does: exp(log(120)) = 119.99… gives 119 each
+    assert p.sizes.tolist() == [119] * 5
+    dense = make_partition(y, 5, "dirichlet", alpha=alpha, seed=seed)
+    assert not np.array_equal(p.counts, dense.counts)
+
+
+def test_dirichlet_client_keeps_equal_sizes_when_classes_run_out():
+    """α = 0.01: every client wants one or two classes, which run out; the authors' redraw loop
+    would practically never end (a hit has probability < 1e-6), so the class comes from the
+    client's prior over the classes left; every client still gets exactly N/m samples."""
+    y = _labels(1000)
+    p = make_partition(y, 4, "dirichlet_client", alpha=0.01, seed=3)
+    assert len(set(p.sizes.tolist())) == 1 and 996 <= p.sizes.sum() <= 1000
+
+
 def test_classes_per_client_gives_disjoint_class_pairs():
     y = _labels()
     p = make_partition(y, 5, "classes_per_client", classes_per_client=2, seed=0)
@@ -124,3 +177,19 @@ def test_more_clients_than_samples_is_a_clear_error():
         make_partition(_labels(30), 50, "iid", seed=0)
     with pytest.raises(ValueError, match="use fewer clients"):
         make_partition(_labels(40), 5, "dirichlet", alpha=0.5, seed=0)
+
+
+def test_dirichlet_schemes_side_by_side():
+    from ofl_core.sections.partitions import dirichlet_schemes, side_by_side_counts
+
+    y = _labels(600)
+    parts = dirichlet_schemes(y, 5, [0.3, 1.0], seed=0)
+    assert list(parts) == ["DENSE α=0.3", "Co-Boosting α=0.3", "DENSE α=1.0",
+                           "Co-Boosting α=1.0"]
+    assert parts["DENSE α=0.3"].scheme == "dirichlet"
+    assert parts["Co-Boosting α=0.3"].scheme == "dirichlet_client"
+    text = side_by_side_counts(parts)
+    blocks = text.split("\n\n")
+    assert len(blocks) == 2 and "DENSE α=0.3" in blocks[0] and "Co-Boosting α=0.3" in blocks[0]
+    assert blocks[0].count("total") == 3  # two total columns, one total row
+    assert " 600 " in blocks[0].splitlines()[-1] + " "

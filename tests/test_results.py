@@ -48,6 +48,32 @@ def test_records_round_trip_through_json_and_notebook(tmp_path):
     json.loads(path.read_text())
 
 
+def test_record_shows_nothing_in_the_notebook_or_its_html(monkeypatch, tmp_path):
+    import warnings
+
+    import IPython.display
+    from nbconvert import HTMLExporter
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False: shown.append((obj, raw)))
+    recs = [_rec(), _rec("ensemble")]
+    record(recs)
+    [(data, raw)] = shown
+    assert raw and data["text/plain"] == "" and len(data[RECORDS_MIME]) == 2
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("record(tables.records)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=data)]
+    nb.cells.append(cell)
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    assert read_records(tmp_path / "nb.ipynb") == recs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbconvert warns about outputs it cannot represent
+        html, _ = HTMLExporter(exclude_input=True).from_notebook_node(nb)
+    body = html[html.index("<body"):]
+    assert "record" not in body and "fedavg" not in body
+
+
 def test_compare_with_paper_puts_the_cell_beside_the_seed_mean():
     recs = [_rec(seed=1, acc=40.0), _rec(seed=2, acc=44.0), _rec("ensemble")]
     t = compare_with_paper(recs, "dense", "T1")

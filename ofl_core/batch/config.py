@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..validation import COUNT, NONNEG, POSITIVE, check_config
+
 EXECUTORS = ("local", "dask", "submitit")
 #: ``cluster`` values each executor accepts (None: its default).
 CLUSTERS = {"local": (None, "local"), "dask": (None, "local", "slurm", "pbs"),
@@ -36,8 +38,8 @@ class ExecutorConfig:
     scheduler_address: str | None = None
     scheduler_file: str | None = None
     cores: int = 4
-    memory: str = "16GB"
-    walltime: str = "01:00:00"
+    memory: str | int | float = "16GB"
+    walltime: str | int | float = "01:00:00"
     partition: str | None = None
     account: str | None = None
     gpus_per_task: int = 0
@@ -55,6 +57,11 @@ class ExecutorConfig:
     cluster_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_config(self, {"jobs": COUNT, "cores": COUNT, "gpus_per_task": NONNEG,
+                            "gpus_per_job": NONNEG, "array_parallelism": COUNT,
+                            "retries": NONNEG, "task_timeout": POSITIVE,
+                            "cell_timeout": POSITIVE, "threads_per_task": COUNT,
+                            "poll_seconds": POSITIVE})
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS} (got {self.executor!r})")
         if self.cluster not in CLUSTERS[self.executor]:
@@ -67,17 +74,6 @@ class ExecutorConfig:
                              "and no --cluster")
         if self.scheduler_address and self.scheduler_file:
             raise ValueError("give --scheduler-address or --scheduler-file, not both")
-        for name in ("jobs", "cores"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be ≥ 1")
-        if self.gpus_per_task < 0 or self.retries < 0:
-            raise ValueError("gpus_per_task and retries must be ≥ 0")
-        if self.threads_per_task is not None and self.threads_per_task < 1:
-            raise ValueError("threads_per_task must be ≥ 1")
-        for name in ("task_timeout", "cell_timeout"):
-            v = getattr(self, name)
-            if v is not None and v <= 0:
-                raise ValueError(f"{name} must be > 0 seconds")
         walltime_minutes(self.walltime)  # validates
         memory_gb(self.memory)
 
@@ -133,7 +129,13 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     :class:`ExecutorConfig`'s fields, dashes allowed (``gpus-per-task: 1``)."""
     import yaml
 
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not Path(path).is_file():
+        raise ValueError(f"--cluster-config: executor config file {path} not found")
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"--cluster-config {path}: not valid YAML "
+                         f"({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: an executor config maps setting names to values")
     return {str(k).replace("-", "_"): v for k, v in data.items()}

@@ -2,16 +2,22 @@
 ``<run_id>.json`` (written last, atomically), figures in the task's figures folder.
 
 :func:`run_task_spec` is what every executor runs on a worker. It skips a task that finished
-meanwhile (a retried or duplicated task never runs twice after it finished). Isolated tasks
+meanwhile (a retried or duplicated task never runs twice after it finished; two copies of a
+task running at once take turns on its lock file, :func:`task_lock`). Isolated tasks
 (every backend except ``local --jobs 1``) run in a child Python process
 (``python -m ofl_core.batch.execute --run-task``) with ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
 set to the task's thread count, its own GPUs (:mod:`ofl_core.batch.gpus`), and a wall-clock
 limit past which it is killed. A failing notebook, a dead kernel, a cell timeout or the task
 timeout marks the task failed with its reason; nothing here raises for a bad notebook.
+
+Every notebook kernel runs with :data:`KERNEL_ENV` (``TQDM_DISABLE=1``): an executed notebook
+keeps no progress bars (they stay on in a terminal and in JupyterLab).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import platform
@@ -23,7 +29,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..results import read_records, write_json_atomic
@@ -41,6 +48,24 @@ from .tasks import (
 )
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: set in every notebook kernel's environment: no progress bars in executed notebooks
+KERNEL_ENV = {"TQDM_DISABLE": "1"}
+
+
+@contextmanager
+def _kernel_env() -> Iterator[None]:
+    """:data:`KERNEL_ENV` in this process's environment while a kernel starts (papermill's
+    kernel inherits it), then the previous values back."""
+    old = {k: os.environ.get(k) for k in KERNEL_ENV}
+    os.environ.update(KERNEL_ENV)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def execute_task(
@@ -58,11 +83,12 @@ def execute_task(
     t0 = time.perf_counter()
     error = detail = ""
     try:
-        papermill.execute_notebook(
-            str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
-            kernel_name=kernel_name, progress_bar=False, log_output=log_output,
-            cwd=str(notebook_dir), execution_timeout=cell_timeout,
-        )
+        with _kernel_env():
+            papermill.execute_notebook(
+                str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
+                kernel_name=kernel_name, progress_bar=False, log_output=log_output,
+                cwd=str(notebook_dir), execution_timeout=cell_timeout,
+            )
     except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
         error, detail = _short_error(e), _error_tail(e)
     secs = time.perf_counter() - t0
@@ -120,16 +146,43 @@ def run_task_spec(spec: TaskSpec) -> TaskResult:
     Skips a task that finished meanwhile (a retry, a duplicate). Isolated tasks run in a child
     process with the task's thread count and GPUs, killed at ``task_timeout``.
     """
-    if spec.resume and spec_finished(spec):
-        return TaskResult(spec.task, spec.run_id, "skipped")
-    if not spec.isolate:
-        return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
-                            Path(spec.notebook_dir), spec.cell_timeout)
-    try:
-        with gpus.GPU_POOL.take(spec.gpus) as devices:
-            return _run_in_child(spec, task_env(spec.threads, devices))
-    except gpus.NoGpuError as e:
-        return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+    with task_lock(spec):
+        if spec.resume and spec_finished(spec):
+            return TaskResult(spec.task, spec.run_id, "skipped")
+        if not spec.isolate:
+            return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
+                                Path(spec.notebook_dir), spec.cell_timeout)
+        try:
+            with gpus.GPU_POOL.take(spec.gpus) as devices:
+                return _run_in_child(spec, task_env(spec.threads, devices))
+        except gpus.NoGpuError as e:
+            return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+
+
+#: errnos of a filesystem without working locks (Lustre without ``-o flock``, some NFS mounts)
+_NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+@contextlib.contextmanager
+def task_lock(spec: TaskSpec) -> Iterator[None]:
+    """Hold the task's lock, ``<out>/runs/<notebook>/.<run_id>.lock`` (``flock``), while it
+    runs: a second copy of the task (a re-run while the first run's jobs are still queued, a
+    duplicate job) waits here, then finds it finished and skips it. The OS releases the lock
+    when its holder dies. Without file locks (Windows, Lustre without ``-o flock``): no lock."""
+    nb, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
+    path = nb.with_name(f".{spec.run_id}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except ImportError:
+            f.close()
+        except OSError as e:
+            if e.errno not in _NO_LOCK_ERRNOS:
+                raise
+        yield
 
 
 def task_env(threads: int | None, devices: Sequence[str] | None,
@@ -138,6 +191,7 @@ def task_env(threads: int | None, devices: Sequence[str] | None,
     env = dict(os.environ if base is None else base)
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    env.update(KERNEL_ENV)
     if threads is not None:
         env.update({k: str(threads) for k in _THREAD_VARS})
     if devices is not None:

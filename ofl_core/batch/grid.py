@@ -20,6 +20,7 @@ from pathlib import Path
 from .config import ExecutorConfig
 from .execute import run_task_spec
 from .executors import InlineExecutor, SubmititExecutor, make_executor
+from .slurm import SchedulerJobError
 from .tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -105,7 +106,10 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
         try:
             res = fut.result()
         except cf.CancelledError as e:
-            res = TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({e})")
+            why = str(e) or "the run was interrupted before the task finished"
+            res = TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({why})")
+        except SchedulerJobError as e:  # its batch job ended: cancelled, walltime, ...
+            res = TaskResult(s.task, s.run_id, "failed", error=str(e), detail=e.detail)
         except Exception as e:  # noqa: BLE001 - e.g. KilledWorker, a lost SLURM job
             res = _failed(s, e)
         record_outcome(Path(s.out), res)

@@ -27,6 +27,8 @@ from .tasks import (
 )
 
 FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
+#: paper-scale records shipped with the project (sidecar JSONs, as <out>/runs holds them)
+RESULTS_DIR = NOTEBOOK_DIR.parent / "results"
 
 
 def _read(js: Path) -> dict | None:
@@ -78,12 +80,23 @@ def _render_notebook(src: Path, page: Path) -> str | None:
     from nbconvert import HTMLExporter
 
     try:
-        body, _ = HTMLExporter(exclude_input=True).from_filename(str(src))
+        body, _ = HTMLExporter(exclude_input=True, exclude_output_prompt=True,
+                               exclude_input_prompt=True).from_filename(str(src))
     except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
         return str(e)[:300] or type(e).__name__
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(body)
     return None
+
+
+def shipped_runs(results: Path = RESULTS_DIR) -> list[dict]:
+    """Finished runs shipped in ``results/`` (``<notebook>/<run_id>.json``), marked shipped."""
+    runs = []
+    for js in sorted(Path(results).glob("*/*.json")):
+        d = _read(js)
+        if d is not None and d.get("status") == "done":
+            runs.append({**d, "shipped": str(js.relative_to(Path(results).parent))})
+    return runs
 
 
 def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dict]:
@@ -92,8 +105,9 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dic
     kept = []
     for r in runs:
         nb, rid = r["notebook"], r["run_id"]
-        r["href"] = f"{nb}/{rid}.html"
-        err = _render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html")
+        r["href"] = f"{nb}/{rid}.html" if "_ipynb" in r else None
+        err = (_render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html")
+               if "_ipynb" in r else None)
         if err is not None:
             problems.append({"notebook": nb, "run_id": rid, "detail": "",
                              "error": f"its executed notebook could not be read: {err}"})
@@ -126,6 +140,17 @@ def _further_html(frame) -> str:
             .set_table_attributes('class="further"').to_html())
 
 
+def _taxonomy_html() -> str:
+    """The method taxonomy (what each method needs and uploads) as an HTML table."""
+    from ..taxonomy import taxonomy_frame
+
+    frame = taxonomy_frame().reset_index().replace({True: "yes", False: "no"})
+    frame.columns = ["method", "source", "data-free", "rounds", "server stages",
+                     "client uploads", "server needs", "output", "mixed archs"]
+    return (frame.style.hide(axis="index").format(escape="html")
+            .set_table_attributes('class="taxonomy"').to_html())
+
+
 def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
     figs: dict[str, list[str]] = {}
     for f in sorted((out / "figures").glob("*/**/*.png")):
@@ -134,15 +159,21 @@ def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
     return figs
 
 
-def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) -> Path:
-    """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it."""
+def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
+                 results: Path | None = RESULTS_DIR) -> Path:
+    """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.
+    The runs shipped in ``results`` (paper-scale records) are on the scoreboard too."""
     import jinja2
 
     out = Path(out)
     rep = out / "report"
     rep.mkdir(parents=True, exist_ok=True)
     fails = failed_runs(out, failures)
-    runs = _prepare_runs(finished_runs(out), rep, fails)
+    mine = finished_runs(out)
+    have = {(r["notebook"], r["run_id"]) for r in mine}
+    shipped = [r for r in (shipped_runs(results) if results is not None else [])
+               if (r["notebook"], r["run_id"]) not in have]
+    runs = _prepare_runs(mine + shipped, rep, fails)
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
     ent = entries(matched)
@@ -154,7 +185,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = ()) ->
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
-        json=json)
+        taxonomy=_taxonomy_html(), json=json)
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:

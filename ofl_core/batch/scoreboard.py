@@ -44,6 +44,7 @@ class Entry:
     """Ours in one paper cell: one preset at one scale, over seeds."""
 
     preset: str
+    precision: str  # "local=bf16;server=fp32", "" for records made before precision was kept
     paper_scale: bool
     scale_reason: str
     last: float
@@ -125,16 +126,18 @@ def split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def entries(matched: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, preset, scale): ours over seeds, and the verdict."""
-    cols = KEYS + ["preset", "paper_scale", "scale_reason", "scale"]
+    cols = KEYS + ["preset", "precision", "paper_scale", "scale_reason", "scale"]
     if matched.empty:
         return pd.DataFrame(columns=[*cols, "entry"])
     out = []
+    matched = matched.assign(precision=matched["precision"].fillna(""))
     for key, g in matched.groupby(cols, dropna=False, sort=False):
         last = g["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
         paper_std = g["std"].iloc[0]
         links = list(dict.fromkeys(zip(g["run_id"], g["notebook"], strict=True)))
-        e = Entry(preset=key[-4], paper_scale=bool(key[-3]), scale_reason=key[-2], scale=key[-1],
+        e = Entry(preset=key[-5], precision=key[-4] or "", paper_scale=bool(key[-3]),
+                  scale_reason=key[-2], scale=key[-1],
                   last=float(last.mean()), std=std, best=float(g["best_acc"].mean()),
                   n_seeds=int(g["seed"].nunique()),
                   verdict=verdict(float(last.mean()), float(g["accuracy"].iloc[0]),

@@ -13,10 +13,9 @@ discovered in system folders (the Debian ``dataset-fashion-mnist`` package puts 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import shutil
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,6 +25,8 @@ import numpy as np
 import platformdirs
 import torch
 import torch.nn.functional as F
+
+from .idx import DatasetFileError, check_idx_file, unpack_idx
 
 FMNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -216,6 +217,8 @@ def discover_mnist_files(name: str, root: Path) -> Path | None:
     folder = {"fmnist": "FashionMNIST", "mnist": "MNIST"}[name]
     raw = root / folder / "raw"
     if all((raw / f).is_file() for f in MNIST_FILES):
+        for f in MNIST_FILES:
+            check_idx_file(raw / f)  # a truncated file names itself, not "not found"
         return raw
     candidates = [raw, root / name, root, *map(Path, SYSTEM_DIRS[name])]
     for cand in candidates:
@@ -223,14 +226,9 @@ def discover_mnist_files(name: str, root: Path) -> Path | None:
             raw.mkdir(parents=True, exist_ok=True)
             for f in MNIST_FILES:
                 if (raw / f).is_file():
-                    continue
-                tmp = raw / f"{f}.tmp{os.getpid()}"
-                if (cand / f).is_file():
-                    shutil.copyfile(cand / f, tmp)
+                    check_idx_file(raw / f)
                 else:
-                    with gzip.open(cand / f"{f}.gz", "rb") as src, open(tmp, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-                os.replace(tmp, raw / f)  # atomic: a concurrent reader never sees half a file
+                    unpack_idx(cand / f if (cand / f).is_file() else cand / f"{f}.gz", raw / f)
             return raw
     return None
 
@@ -308,10 +306,19 @@ def _load_tinyimagenet(name: str, root: Path, download: bool) -> ImageDataset:
     """
     base = root / "tiny-imagenet-200"
     cache = root / "tinyimagenet_uint8.pt"
+    have_images = (base / "train").is_dir() and (base / "val").is_dir()
     if cache.is_file():
-        d = torch.load(cache, weights_only=True)
-        return ImageDataset(name=name, num_classes=200, classes=tuple(d.pop("classes")), **d)
-    if not (base / "train").is_dir() or not (base / "val").is_dir():
+        try:
+            return tinyimagenet_from_cache(name, cache)
+        except Exception as e:  # noqa: BLE001 - truncated, not a dict, wrong keys or tensors
+            if not have_images:
+                raise DatasetFileError(
+                    f"dataset cache {cache} is corrupt ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}): delete it and put "
+                    f"tiny-imagenet-200/ in {root} to rebuild it") from None
+            warnings.warn(f"dataset cache {cache} is corrupt ({type(e).__name__}); it is "
+                          "rebuilt from tiny-imagenet-200/", stacklevel=3)
+    if not have_images:
         raise _missing(name, root)
     from PIL import Image
 
@@ -338,10 +345,30 @@ def _load_tinyimagenet(name: str, root: Path, download: bool) -> ImageDataset:
         "x_test": read(val_paths),
         "y_test": torch.tensor(val_labels),
     }
+    ds = ImageDataset(name=name, num_classes=200, classes=tuple(wnids), **d)
     tmp = cache.with_suffix(f".tmp{os.getpid()}")
-    torch.save({**d, "classes": list(wnids)}, tmp)
-    os.replace(tmp, cache)
-    return ImageDataset(name=name, num_classes=200, classes=tuple(wnids), **d)
+    try:
+        torch.save({**d, "classes": list(wnids)}, tmp)
+        os.replace(tmp, cache)
+    except (OSError, RuntimeError) as e:  # read-only data root or full disk: not cached
+        warnings.warn(f"could not write the dataset cache {cache} ({e})", stacklevel=3)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ds
+
+
+def tinyimagenet_from_cache(name: str, cache: Path) -> ImageDataset:
+    """Tiny-ImageNet from its tensor cache; raises if the file is unreadable, lacks a key or
+    holds tensors that do not make a 200-class dataset."""
+    d = torch.load(cache, weights_only=True)
+    keys = {"x_train", "y_train", "x_test", "y_test", "classes"}
+    if not isinstance(d, dict) or set(d) != keys:
+        raise ValueError(f"keys {sorted(d) if isinstance(d, dict) else type(d).__name__}, "
+                         f"expected {sorted(keys)}")
+    if not all(isinstance(d[k], torch.Tensor) for k in keys - {"classes"}) or any(
+            d[k].dtype != torch.uint8 for k in ("x_train", "x_test")) or len(d["classes"]) != 200:
+        raise ValueError("wrong tensors")
+    return ImageDataset(name=name, num_classes=200, classes=tuple(d.pop("classes")), **d)
 
 
 def load_embedded_fmnist() -> ImageDataset:

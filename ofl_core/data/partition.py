@@ -7,6 +7,8 @@ which draws exactly the numbers numpy's legacy global RNG draws after ``np.rando
 Schemes:
 - ``dirichlet``: DENSE's (NIID-Bench) label-skew scheme, also used by FedHydra.
 - ``dirichlet_fedcvae``: FedCVAE's scheme (client rows over classes, then column-normalised).
+- ``dirichlet_client``: Co-Boosting's code (``utils_fl.partition_data``, ``"dir"``): a class
+  prior p_k ~ Dir(α·1_C) per client and equal client sizes, filled one sample at a time.
 - ``classes_per_client``: FedHydra's "2c/c": k disjoint classes per client, equal sizes.
 - ``iid``: a seeded permutation split into m nearly equal parts.
 A ``subset`` fraction < 1 first keeps a seeded random subset of the training set (FedCVAE uses
@@ -21,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SCHEMES = ("dirichlet", "dirichlet_fedcvae", "classes_per_client", "iid")
+SCHEMES = ("dirichlet", "dirichlet_fedcvae", "dirichlet_client", "classes_per_client",
+           "iid")
+DIRICHLET_SCHEMES = ("dirichlet", "dirichlet_fedcvae", "dirichlet_client")
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,7 +92,7 @@ def make_partition(
         raise ValueError(f"num_clients must be a positive integer (got {num_clients!r})")
     if not 0.0 < subset <= 1.0:
         raise ValueError(f"subset must be a fraction in (0, 1] (got {subset})")
-    if scheme in ("dirichlet", "dirichlet_fedcvae"):
+    if scheme in DIRICHLET_SCHEMES:
         if alpha is None or not np.isfinite(alpha) or alpha <= 0:
             raise ValueError(
                 f"alpha must be > 0 for the {scheme!r} partition (got {alpha}); "
@@ -111,12 +115,15 @@ def make_partition(
         local = _dirichlet_dense(sub_labels, num_clients, float(alpha), C, rng, min_size)
     elif scheme == "dirichlet_fedcvae":
         local = _dirichlet_fedcvae(sub_labels, num_clients, float(alpha), C, rng)
+    elif scheme == "dirichlet_client":
+        local = _dirichlet_client(sub_labels, num_clients, float(alpha), C, rng)
     elif scheme == "classes_per_client":
         local = _classes_per_client(sub_labels, num_clients, classes_per_client, C, rng)
     else:
         local = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
     client_indices = tuple(base[np.asarray(ix, dtype=np.int64)] for ix in local)
     counts = np.stack([np.bincount(labels[ix], minlength=C) for ix in client_indices])
+    check_no_empty_client(counts.sum(axis=1), scheme, alpha, seed, subset)
     return Partition(
         client_indices=client_indices,
         counts=counts,
@@ -126,6 +133,26 @@ def make_partition(
         subset=subset,
         classes_per_client=classes_per_client if scheme == "classes_per_client" else None,
     )
+
+
+def check_no_empty_client(sizes: np.ndarray, scheme: str, alpha: float | None, seed: int,
+                          subset: float = 1.0) -> None:
+    """Refuse a partition that leaves a client without samples (it would train nothing and
+    upload an untrained model), naming the client and what to change. DENSE's scheme redraws
+    until every client has ``min_size`` samples (the authors' loop), so this only meets
+    FedCVAE's scheme (its code does not redraw; redrawing would change the partitions that work)
+    and disjoint classes missing from the data."""
+    empty = np.flatnonzero(np.asarray(sizes) == 0)
+    if not len(empty):
+        return
+    which = f"client {int(empty[0])}" + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+    setting = f"scheme={scheme!r}, " + (f"alpha={alpha}, " if scheme.startswith("dirichlet")
+                                        else "") + f"seed={seed}, subset={subset}"
+    fix = ("a larger alpha, fewer clients, more data (a larger subset) or another seed"
+           if scheme.startswith("dirichlet") else
+           "fewer clients or data that has every class")
+    raise ValueError(f"partition: {which} of {len(sizes)} gets 0 samples ({setting}); every "
+                     f"client needs data: use {fix}")
 
 
 def _dirichlet_dense(
@@ -206,6 +233,96 @@ def _dirichlet_fedcvae(
         for idx in class_idx[c][ends[-1]:]:
             user_idx[int(rng.choice(m, size=1)[0])].append(int(idx))
     return [np.array(u, dtype=np.int64) for u in user_idx]
+
+
+def _dirichlet_priors(rng: np.random.RandomState, alpha: float, C: int, m: int) -> np.ndarray:
+    """m class priors p_k ~ Dir(α·1_C) as one ``dirichlet(size=m)`` draw (Co-Boosting's call).
+    A NaN row (numpy's legacy sampler at tiny α, where every gamma draw underflows) becomes a
+    one-hot on a uniformly drawn class, as in :func:`_dirichlet_fedcvae`."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        priors = rng.dirichlet(np.repeat(alpha, C), size=m)
+    for k in range(m):
+        if not np.all(np.isfinite(priors[k])):
+            priors[k] = np.zeros(C)
+            priors[k][rng.randint(C)] = 1.0
+    return priors
+
+
+#: below this chance that one draw hits a class with samples left, a class is drawn directly
+#: from the prior restricted to those classes (the law of the authors' redraw loop's result)
+MIN_ACCEPT = 1e-6
+
+
+def _draw_class(rng: np.random.RandomState, prior: np.ndarray, cum: np.ndarray,
+                left: np.ndarray) -> int:
+    """Co-Boosting's class draw for one sample: ``argmax(uniform() <= cumsum(p_k))``, redrawn
+    while the class has no samples left — the same random stream as the authors' loop.
+
+    After 16 misses the redraws are drawn in chunks (``uniform(size=K)`` gives the same numbers
+    as K scalar draws); on a hit the RNG is rewound and advanced by exactly the draws the loop
+    would make.
+    Where a hit has probability < :data:`MIN_ACCEPT` (the authors' loop would need millions of
+    redraws, or never end), the class comes from p_k restricted to the classes left, with one
+    uniform draw."""
+    for _ in range(16):  # the authors' loop as written, while redraws are likely to hit
+        c = int(np.argmax(rng.uniform() <= cum))
+        if left[c] > 0:
+            return c
+    avail = left > 0
+    width = np.diff(cum, prepend=0.0)
+    width[0] += max(0.0, 1.0 - cum[-1])  # u above cumsum's last entry: argmax of all-False = 0
+    accept = float(width[avail].sum())
+    if accept < MIN_ACCEPT:
+        classes = np.nonzero(avail)[0]
+        w = prior[classes]
+        w = w / w.sum() if w.sum() > 0 else np.full(len(classes), 1.0 / len(classes))
+        j = int(np.searchsorted(np.cumsum(w), rng.uniform()))
+        return int(classes[min(j, len(classes) - 1)])
+    chunk = int(min(1 << 20, max(64, 4 / accept)))
+    while True:
+        state = rng.get_state()
+        cls = np.argmax(rng.uniform(size=chunk)[:, None] <= cum[None, :], axis=1)
+        hit = avail[cls]
+        if hit.any():
+            j = int(np.argmax(hit))
+            rng.set_state(state)
+            rng.uniform(size=j + 1)
+            return int(cls[j])
+
+
+def _dirichlet_client(
+    labels: np.ndarray, m: int, alpha: float, C: int, rng: np.random.RandomState
+) -> list[np.ndarray]:
+    """Co-Boosting's Dirichlet scheme (its code's ``partition_data(..., "dir")`` with
+    ``sigma = 0``), in the authors' RNG call order.
+
+    Client sizes: ``lognormal(log(N/m), σ=0)`` normalised to N and truncated to integers (equal
+    sizes; the truncation can leave a few samples unassigned). Class priors p_k ~ Dir(α·1_C),
+    one per client. Then, while some client has room: draw a client uniformly (redrawn when it
+    is full), draw a class from its prior (redrawn while the class is used up, see
+    :func:`_draw_class`) and give the client that class's last unassigned sample (classes are
+    used from the end of their file-order index list, not shuffled). Every client gets exactly
+    its size; a client's class mix follows its own prior only until the classes it wants run
+    out."""
+    n = len(labels)
+    sizes = rng.lognormal(mean=np.log(n / m), sigma=0.0, size=m)
+    sizes = (sizes / np.sum(sizes) * n).astype(int)
+    priors = _dirichlet_priors(rng, alpha, C, m)
+    cums = np.cumsum(priors, axis=1)
+    idx_list = [np.where(labels == c)[0] for c in range(C)]
+    left = np.array([len(i) for i in idx_list])
+    out: list[list[int]] = [[] for _ in range(m)]
+    remaining = int(sizes.sum())
+    while remaining:
+        k = rng.randint(m)
+        if sizes[k] <= 0:
+            continue
+        sizes[k] -= 1
+        remaining -= 1
+        c = _draw_class(rng, priors[k], cums[k], left)
+        left[c] -= 1
+        out[k].append(int(idx_list[c][left[c]]))
+    return [np.array(u, dtype=np.int64) for u in out]
 
 
 def _classes_per_client(

@@ -1,6 +1,6 @@
 """The teacher: how the m clients' outputs P_k = f_k(x̂) (m, B, C) become the one prediction the
 generator is trained against and the student distils — the ``teacher`` field shared by DENSE
-and FedHydra (:class:`~ofl_core.distill.config.SynthesisConfig`; issue 20).
+and FedHydra (:class:`~ofl_core.distill.config.TeacherConfig`; issue 20).
 
 Every teacher returns logits (B, C) for softmax / CE / KL (log-probabilities where it averages
 probabilities). ``y`` is the target label of each synthetic sample when one exists (generator

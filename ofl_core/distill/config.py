@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from ..fedhydra.stratification import MIN_LOSS_FLOOR, U_RULES
+from ..fedhydra.stratification import MIN_LOSS_FLOOR
 from ..models import MODEL_NAMES
 from ..presets import check_preset
-from .combiners import TEACHERS, Teacher
+from ..validation import COUNT, NONNEG, POSITIVE, Bound, check_config, within
+from .combiners import Teacher
 
 C = TypeVar("C", bound="DistillConfig")
 
@@ -74,8 +75,22 @@ class GeneratorConfig(DistillConfig):
 class SynthesisConfig(GeneratorConfig):
     """:class:`GeneratorConfig` + what DENSE and FedHydra share: the generator loss's weights
     (DENSE Eq. 5, FedHydra Eq. 16: L_gen = ``ce_weight``·CE + λ1·L_BN + λ2·L_adv with λ1 =
-    ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5), the student's KD batch
-    ``kd_batch_size`` = 128 (distillation from the synthetic pool), and the teacher.
+    ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5) and the student's KD batch
+    ``kd_batch_size`` = 128 (distillation from the synthetic pool)."""
+
+    kd_batch_size: int = 128
+    ce_weight: float = 1.0
+    bn_weight: float = 1.0
+    adv_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_distill_config(self, counts=("kd_batch_size", "nz", "ngf"), positive=("g_lr",),
+                             nonnegative=("ce_weight", "bn_weight", "adv_weight"))
+
+
+@dataclass(frozen=True)
+class TeacherConfig(SynthesisConfig):
+    """:class:`SynthesisConfig` + the pluggable teacher that DENSE and FedHydra share (issue 20).
 
     ``teacher``: how the clients' outputs are combined (:mod:`ofl_core.distill.combiners`):
     DENSE's default ``"mean_logits"`` (DENSE Eq. 1), FedHydra's ``"sa"`` (Eqs. 8–11 as
@@ -88,10 +103,6 @@ class SynthesisConfig(GeneratorConfig):
     (the paper) or the opt-in ``"log_ratio"`` u = log(max L / min L) (a deviation;
     :func:`ofl_core.fedhydra.stratification.guidance_capability`)."""
 
-    kd_batch_size: int = 128
-    ce_weight: float = 1.0
-    bn_weight: float = 1.0
-    adv_weight: float = 0.5
     teacher: Teacher = "mean_logits"
     strat_steps: int = 30
     strat_batch_size: int = 128
@@ -101,66 +112,47 @@ class SynthesisConfig(GeneratorConfig):
     strat_u: Literal["eq2", "log_ratio"] = "eq2"
 
     def __post_init__(self) -> None:
-        check_synthesis_config(self)
+        check_teacher_config(self)
 
 
-def check_synthesis_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
-                           nonnegative: Sequence[str] = (),
-                           choices: dict[str, Sequence[Any]] | None = None) -> None:
-    """:func:`check_distill_config` with the fields of :class:`SynthesisConfig` (the KD batch,
-    the loss weights, the teacher and the stratification settings) added to the given ones."""
+def check_teacher_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
+                           nonnegative: Sequence[str] = ()) -> None:
+    """:func:`check_distill_config` with the ranges of :class:`TeacherConfig`'s fields (the
+    KD batch, the loss weights and the stratification settings; ``teacher`` and ``strat_u``
+    are checked by their ``Literal`` annotations) added to the given ones."""
     check_distill_config(
-        cfg, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size", *counts),
+        cfg, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size",
+                     "strat_group", *counts),
         positive=("g_lr", "strat_lr", "min_loss_floor", *positive),
-        nonnegative=("ce_weight", "bn_weight", "adv_weight", *nonnegative),
-        choices={"teacher": TEACHERS, "strat_u": U_RULES, **(choices or {})})
-    g = cfg.strat_group
-    if g != "auto" and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
-        raise ValueError(f"{type(cfg).__name__}.strat_group must be a positive integer or "
-                         f"'auto' (got {g!r})")
+        nonnegative=("ce_weight", "bn_weight", "adv_weight", *nonnegative))
 
 
-SWITCH = (True, False, "auto")
+#: ranges of the fields every distillation config (and its generator) has
+RANGES: dict[str, Bound] = {
+    "epochs": NONNEG, "steps_per_epoch": COUNT, "batch_size": COUNT, "eval_every": COUNT,
+    "kd_lr": POSITIVE, "kd_momentum": NONNEG, "num_images": NONNEG,
+    "g_betas": within(0, 1, high_open=True),
+}
 
 
 def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
-                         nonnegative: Sequence[str] = (),
-                         choices: dict[str, Sequence[Any]] | None = None) -> None:
+                         nonnegative: Sequence[str] = ()) -> None:
     """The validation every distillation config shares; raises ``ValueError`` naming the
     field, its value and what it must be.
 
-    Always: ``preset`` known; ``epochs`` an integer ≥ 0; ``steps_per_epoch``, ``batch_size``,
-    ``eval_every`` (and ``counts``) integers ≥ 1; ``kd_lr`` (and ``positive``) > 0;
-    ``kd_momentum`` (and ``nonnegative``) ≥ 0; ``student_arch`` None or a known model;
-    ``batched_teachers``/``channels_last`` True, False or "auto"; where the config has them,
-    ``num_images`` ≥ 0 and ``g_betas`` two numbers in [0, 1). ``choices``: field → allowed
-    values."""
+    Every field has its annotated type (:func:`ofl_core.validation.check_config`: ``Literal``
+    fields one of their values, floats finite) and: ``preset`` known; ``epochs`` an integer
+    ≥ 0; ``steps_per_epoch``, ``batch_size``, ``eval_every`` (and ``counts``) integers ≥ 1;
+    ``kd_lr`` (and ``positive``) > 0; ``kd_momentum``, ``num_images`` (and ``nonnegative``)
+    ≥ 0; ``g_betas`` two numbers in [0, 1); ``student_arch`` None or a known model."""
     cls = type(cfg).__name__
-    check_preset(cfg.preset)
-    for name in ("epochs", "steps_per_epoch", "batch_size", "eval_every", *counts):
-        v, lo = getattr(cfg, name), 0 if name == "epochs" else 1
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise ValueError(f"{cls}.{name} must be an integer ≥ {lo} (got {v!r})")
-    for name in ("kd_lr", *positive):
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"{cls}.{name} must be > 0 (got {getattr(cfg, name)!r})")
-    for name in ("kd_momentum", *nonnegative):
-        if not getattr(cfg, name) >= 0:
-            raise ValueError(f"{cls}.{name} must be ≥ 0 (got {getattr(cfg, name)!r})")
-    if getattr(cfg, "num_images", 0) < 0:
-        raise ValueError(f"{cls}.num_images must be ≥ 0 (got {cfg.num_images!r})")
-    betas = getattr(cfg, "g_betas", (0.0, 0.0))
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise ValueError(f"{cls}.g_betas must be two numbers in [0, 1) (got {betas!r})")
-    for name, allowed in {"batched_teachers": SWITCH, "channels_last": SWITCH,
-                          **(choices or {})}.items():
-        v = getattr(cfg, name)
-        if not any(v is a or (type(v) is type(a) and v == a) for a in allowed):
-            raise ValueError(f"{cls}.{name} must be one of {tuple(allowed)} (got {v!r})")
+    check_config(cfg, {**RANGES, **dict.fromkeys(counts, COUNT),
+                       **dict.fromkeys(positive, POSITIVE),
+                       **dict.fromkeys(nonnegative, NONNEG)})
     if cfg.student_arch is not None and cfg.student_arch not in MODEL_NAMES:
         raise ValueError(f"{cls}.student_arch: unknown model {cfg.student_arch!r}; "
                          f"known: {', '.join(MODEL_NAMES)}")
 
 
-__all__ = ["SWITCH", "DistillConfig", "GeneratorConfig", "SynthesisConfig",
-           "check_distill_config", "check_synthesis_config"]
+__all__ = ["RANGES", "DistillConfig", "GeneratorConfig", "SynthesisConfig", "TeacherConfig",
+           "check_distill_config", "check_teacher_config"]

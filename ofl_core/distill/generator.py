@@ -1,7 +1,10 @@
 """The synthetic-image generator G: exact faster evaluation of the stock
-:class:`~ofl_core.models.Generator` (:func:`generator_forward`), and seeded construction."""
+:class:`~ofl_core.models.Generator` (:func:`generator_forward`), seeded construction, its
+optimiser and its latents (:func:`generator_optimizer`, :func:`sample_latents`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -114,5 +117,28 @@ def reinit_generator(g: Generator, generator: torch.Generator) -> None:
             p.copy_(q)
 
 
-__all__ = ["build_generator", "conv3x3_narrow", "generator_forward", "reinit_generator",
-           "upsample_conv3x3", "upsample_transposed_kernel"]
+def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg: Any,
+                        rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
+    """G's Adam (``cfg.g_lr``, ``cfg.g_betas``), made once (DENSE Alg. 1 line 4); with
+    ``cfg.reinit_generator`` (DENSE's and Co-Boosting's codes) G is re-initialised and gets a
+    fresh Adam every epoch."""
+    if cfg.reinit_generator and epoch > 0:
+        reinit_generator(gen, rng)
+    if opt_g is None or cfg.reinit_generator:
+        opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
+    return opt_g
+
+
+def sample_latents(cfg: Any, num_classes: int, rng: torch.Generator,
+                   dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """DENSE Alg. 1 line 6: z ~ N(0, I) (``cfg.batch_size``, ``cfg.nz``) and labels y uniform
+    over the C classes (sorted with ``cfg.sorted_labels``, as DENSE's code)."""
+    z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
+    y = torch.randint(0, num_classes, (cfg.batch_size,), generator=rng)
+    if cfg.sorted_labels:
+        y = y.sort().values
+    return z, y.to(dev)
+
+
+__all__ = ["build_generator", "conv3x3_narrow", "generator_forward", "generator_optimizer",
+           "reinit_generator", "sample_latents", "upsample_conv3x3", "upsample_transposed_kernel"]

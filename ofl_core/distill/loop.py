@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..clients import build_from_upload, init_model
+from ..progress import progress_bar
 from ..seeds import derive_seed
 from .kernels import autocast_context, fuse_relu_maxpool
 from .losses import kd_loss
@@ -120,7 +120,7 @@ class DistillRun:
     def epochs(self) -> Iterator[int]:
         """The epochs 0..T−1 under a progress bar; after each, the student is evaluated when
         due (:class:`EvalCurve`) and the bar shows its accuracy."""
-        bar = tqdm(range(self.epochs_total), desc=self.name, disable=not self.progress)
+        bar = progress_bar(range(self.epochs_total), desc=self.name, show=self.progress)
         for epoch in bar:
             yield epoch
             acc = self.tracker(epoch, self.student)

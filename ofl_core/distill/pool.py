@@ -23,14 +23,20 @@ class ImagePool:
         self.uint8 = uint8
         self.device = torch.device(device) if device is not None else None
         self._buf: torch.Tensor | None = None
+        self._labels: list[torch.Tensor] = []
         self._n = 0
         self.num_batches = 0
 
     def __len__(self) -> int:
         return self._n
 
-    def add(self, batch: torch.Tensor) -> None:
-        """Append a batch (B, C, H, W) of images in [0, 1] (detached, copied)."""
+    def add(self, batch: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Append a batch (B, C, H, W) of images in [0, 1] (detached, copied), with the labels
+        the generator was asked for when given (then every batch needs them)."""
+        if (labels is None) != (not self._labels) and self.num_batches:
+            raise ValueError("ImagePool: give labels with every batch or with none")
+        if labels is not None and len(labels) != len(batch):
+            raise ValueError(f"ImagePool: {len(labels)} labels for {len(batch)} images")
         b = batch.detach()
         if self.device is not None:
             b = b.to(self.device)
@@ -52,6 +58,16 @@ class ImagePool:
         self._buf[self._n : need] = b
         self._n = need
         self.num_batches += 1
+        if labels is not None:
+            self._labels.append(labels.detach().to(b.device, torch.int64).clone())
+
+    def labels(self) -> torch.Tensor:
+        """The stored labels (N,), in pool order; an error for an unlabelled pool."""
+        if not self._labels:
+            raise ValueError("ImagePool has no labels (add batches with labels=...)")
+        if len(self._labels) > 1:
+            self._labels = [torch.cat(self._labels)]
+        return self._labels[0]
 
     def stored(self) -> torch.Tensor:
         """The stored tensor (uint8 or float), a view of the first ``len(self)`` images."""
@@ -69,12 +85,22 @@ class ImagePool:
     def batches(self, batch_size: int, generator: torch.Generator | None = None,
                 shuffle: bool = True) -> Iterator[torch.Tensor]:
         """One pass over the pool in (shuffled) float batches of ``batch_size``."""
+        for xb, _ in self.labelled_batches(batch_size, generator, shuffle, labels=False):
+            yield xb
+
+    def labelled_batches(self, batch_size: int, generator: torch.Generator | None = None,
+                         shuffle: bool = True, labels: bool = True
+                         ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """One pass as :meth:`batches` (the same order for the same generator state), each
+        batch with its labels (None when ``labels=False``)."""
         data = self.stored()
+        y = self.labels() if labels else None
         n = len(data)
         order = (torch.randperm(n, generator=generator) if shuffle else torch.arange(n))
         order = order.to(data.device)
         for i in range(0, n, batch_size):
-            yield self._to_float(data[order[i : i + batch_size]])
+            idx = order[i : i + batch_size]
+            yield self._to_float(data[idx]), (y[idx] if y is not None else None)
 
     def num_steps(self, batch_size: int) -> int:
         return math.ceil(self._n / batch_size)
@@ -103,4 +129,14 @@ def jitter_flip(x: torch.Tensor, lim: int = 2, flip: bool = True,
     return x
 
 
-__all__ = ["ImagePool", "augment_batch", "jitter_flip"]
+def resolve_pool_augment(cfg_value: str, augment: bool, in_channels: int) -> str:
+    """KD-time augmentation of pool images. DENSE's code: flip for MNIST/FMNIST/SVHN, crop+flip
+    for CIFAR; ``"auto"`` approximates it by channels (RGB → crop+flip, grayscale → flip)."""
+    if not augment:
+        return "none"
+    if cfg_value == "auto":
+        return "crop_flip" if in_channels == 3 else "flip"
+    return cfg_value
+
+
+__all__ = ["ImagePool", "augment_batch", "jitter_flip", "resolve_pool_augment"]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..clients import init_model
 from ..methods.base import ServerContext
 from ..models.cvae import CVAEDecoder, reconstruction_loss
+from ..progress import progress_bar
 from ..seeds import fedcvae_server_seed
 
 
@@ -37,7 +37,7 @@ def train_classifier(
     gen = torch.Generator().manual_seed(fedcvae_server_seed(seed, 2))
     n = len(y)
     curve: list[float] = []
-    for epoch in tqdm(range(epochs), desc=desc, leave=False, disable=not ctx.progress):
+    for epoch in progress_bar(range(epochs), desc=desc, leave=False, show=ctx.progress):
         perm = torch.randperm(n, generator=gen).to(x.device)
         for s in range(0, n, batch_size):
             idx = perm[s : s + batch_size]
@@ -65,7 +65,8 @@ def distill_decoder(
     gen = torch.Generator().manual_seed(seed)
     n = len(y)
     history = []
-    for _ in tqdm(range(epochs), desc="server decoder (KD)", leave=False, disable=not progress):
+    for _ in progress_bar(range(epochs), desc="server decoder (KD)", leave=False,
+                          show=progress):
         perm = torch.randperm(n, generator=gen).to(x.device)
         total = torch.zeros((), device=x.device)
         for s in range(0, n, batch_size):

@@ -21,7 +21,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..clients import (
     ClientUpload,
@@ -30,8 +29,10 @@ from ..clients import (
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
-from ..presets import check_fields, check_preset
+from ..presets import check_preset
+from ..progress import progress_bar
 from ..seeds import client_seed
+from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .hparams import fedcvae_hparams
 
 
@@ -87,21 +88,15 @@ class CVAETrainConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
+        check_config(self, {"latent_dim": COUNT, "epochs": NONNEG, "lr": POSITIVE,
+                            "batch_size": COUNT, "beta": NONNEG, "label_noise_gamma": NONNEG})
         if self.variant not in CVAE_VARIANTS:
             raise ValueError(
                 f"variant: unknown CVAE variant {self.variant!r}; known: {', '.join(CVAE_VARIANTS)}"
             )
-        check_fields(self, at_least={"latent_dim": 1, "epochs": 0, "batch_size": 1, "beta": 0},
-                     positive=("lr",), choices={"label_noise": ("variance", "std")})
-        if self.label_noise_gamma < 0 or not math.isfinite(self.label_noise_gamma):
-            raise ValueError(f"label_noise_gamma must be a finite γ ≥ 0 "
-                             f"(got {self.label_noise_gamma})")
-        if self.prior_mean is not None:
-            if len(self.prior_mean) != self.latent_dim:
-                raise ValueError(f"prior_mean has {len(self.prior_mean)} entries but latent_dim "
-                                 f"is {self.latent_dim}")
-            if not all(math.isfinite(v) for v in self.prior_mean):
-                raise ValueError("prior_mean must be finite")
+        if self.prior_mean is not None and len(self.prior_mean) != self.latent_dim:
+            raise ValueError(f"prior_mean has {len(self.prior_mean)} entries but latent_dim "
+                             f"is {self.latent_dim}")
 
     @classmethod
     def for_dataset(cls, dataset: str = "fmnist", method: Literal["ens", "kd"] = "ens",
@@ -204,7 +199,7 @@ def train_cvae(
     n = len(yd)
     steps = math.ceil(n / cfg.batch_size)
     history: list[float] = []
-    for _ in tqdm(range(cfg.epochs), desc=desc, leave=False, disable=not progress):
+    for _ in progress_bar(range(cfg.epochs), desc=desc, leave=False, show=progress):
         perm = torch.randperm(n, generator=gen, device=dev)
         total = torch.zeros((), device=dev)
         for s in range(steps):

@@ -8,7 +8,9 @@ lives in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+from ..validation import POSITIVE, check_config
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,9 @@ class FedCVAEHParams:
     kd_classifier_epochs: int
     kd_decoder_epochs: int
     kd_trunc_width: float
+
+    def __post_init__(self) -> None:
+        check_config(self, dict.fromkeys((f.name for f in fields(self)), POSITIVE))
 
 
 #: FedCVAE Table 4, per dataset (MNIST, FashionMNIST, SVHN).

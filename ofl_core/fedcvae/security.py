@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..clients import ClientUpload
 from ..methods.base import ServerContext, ServerResult
 from ..presets import check_preset
+from ..validation import NONNEG, POSITIVE, check_config
 from .sampling import uniform_sampler
 from .server import FedCVAEEnsConfig, ens_server
 
@@ -36,11 +37,9 @@ class FedCVAESecurityConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
-        if self.mean_scale < 0:
-            raise ValueError(f"mean_scale must be ≥ 0 (got {self.mean_scale})")
-        if not self.bounds or any(not b > 0 for b in self.bounds):
-            raise ValueError(f"bounds must be positive numbers (got {self.bounds})")
+        check_config(self, {"mean_scale": NONNEG, "bounds": POSITIVE})
+        if not self.bounds:
+            raise ValueError("FedCVAESecurityConfig.bounds must hold at least one bound b > 0")
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> FedCVAESecurityConfig:

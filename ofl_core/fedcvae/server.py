@@ -39,8 +39,9 @@ from ..methods.base import ServerContext, ServerResult
 from ..methods.fedavg import average_states
 from ..models import MODEL_NAMES
 from ..models.cvae import CVAE_VARIANTS, build_decoder, truncated_normal
-from ..presets import check_fields, check_preset
+from ..presets import check_preset
 from ..seeds import fedcvae_server_seed
+from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .classifier import distill_decoder, train_classifier
 from .hparams import fedcvae_hparams
 from .sampling import (
@@ -97,21 +98,15 @@ class ClassifierServerConfig:
     eval_every: int = 1
     preset: str = "paper"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # the ranges of FedCVAEKDConfig's kd_* fields too
+        check_config(self, {"num_samples": COUNT, "classifier_epochs": NONNEG,
+                            "trunc_width": POSITIVE, "classifier_lr": POSITIVE,
+                            "batch_size": COUNT, "eval_every": NONNEG, "kd_samples": COUNT,
+                            "kd_epochs": NONNEG, "kd_lr": POSITIVE, "kd_trunc_width": POSITIVE})
         fedcvae_hparams(self.dataset)  # raises for a dataset without a Table 4 column
-        check_fields(self, at_least={"num_samples": 1, "batch_size": 1},
-                     positive=("classifier_lr",),
-                     choices={"allocation": ("equal", "proportional")})
         if self.classifier_arch not in MODEL_NAMES:
             raise ValueError(f"classifier_arch: unknown model {self.classifier_arch!r}; known: "
                              f"{', '.join(MODEL_NAMES)}")
-        if self.trunc_width is not None and not self.trunc_width > 0:
-            raise ValueError(f"truncation widths must be > 0 std (got {self.trunc_width})")
-        if self.classifier_epochs is not None and self.classifier_epochs < 0:
-            raise ValueError(f"epoch counts must be ≥ 0 (got {self.classifier_epochs})")
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be ≥ 0 (got {self.eval_every}; 0 = evaluate "
-                             "after the last epoch only)")
 
     @classmethod
     def for_preset(cls: type[_Config], preset: str = "paper", **overrides: object) -> _Config:
@@ -163,20 +158,10 @@ class FedCVAEKDConfig(ClassifierServerConfig):
     avg_weighted: bool = True
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.kd_samples < 1:
-            raise ValueError(f"kd_samples (n_D) must be ≥ 1 (got {self.kd_samples})")
-        if not self.kd_lr > 0:
-            raise ValueError(f"kd_lr (η_D) must be > 0 (got {self.kd_lr})")
-        if self.kd_epochs is not None and self.kd_epochs < 0:
-            raise ValueError(f"kd_epochs (T_D) must be ≥ 0 (got {self.kd_epochs})")
-        if self.kd_trunc_width is not None and not self.kd_trunc_width > 0:
-            raise ValueError(f"kd_trunc_width must be > 0 std (got {self.kd_trunc_width})")
+        super().__post_init__()  # every field's type and range (the KD fields' too)
         if self.server_variant not in CVAE_VARIANTS:
             raise ValueError(f"server_variant: unknown CVAE variant {self.server_variant!r}; "
                              f"known: {', '.join(CVAE_VARIANTS)}")
-        if self.aggregation not in ("kd", "param_avg"):
-            raise ValueError(f"aggregation must be 'kd' or 'param_avg' (got {self.aggregation!r})")
 
     def resolved(self) -> FedCVAEKDConfig:
         """A copy with every ``None`` replaced by Table 4's value for ``dataset``."""

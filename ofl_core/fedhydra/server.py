@@ -35,7 +35,7 @@ from ..distill.combiners import (
     resolve_teacher_weights,
     stratification_stage,
 )
-from ..distill.config import SynthesisConfig, check_synthesis_config
+from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
@@ -47,17 +47,15 @@ from .stratification import Stratification
 if TYPE_CHECKING:  # ofl_core.methods registers this server
     from ..methods.base import ServerContext, ServerResult
 
-KD_DATA = ("intermediate", "replay", "fresh", "pool")
-
 
 @dataclass(frozen=True)
-class FedHydraConfig(SynthesisConfig):
+class FedHydraConfig(TeacherConfig):
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
     Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
     generator Adam ``g_lr`` 1e-3, λ1 = ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5, global model
     SGD ``kd_lr`` 0.01. Stratification uses the same T_G, b and Adam (``strat_steps``,
-    ``strat_batch_size``, ``strat_lr``; :class:`~ofl_core.distill.config.SynthesisConfig`).
+    ``strat_batch_size``, ``strat_lr``; :class:`~ofl_core.distill.config.TeacherConfig`).
 
     Not given by the paper (docs/decisions.md): β = ``kd_ce_weight`` = 1 (Eq. 19);
     ``kd_momentum`` 0.9 and Adam ``g_betas`` (0.5, 0.999) (DENSE's values, FedHydra builds on
@@ -95,8 +93,7 @@ class FedHydraConfig(SynthesisConfig):
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_synthesis_config(self, counts=("log_every",), nonnegative=("kd_ce_weight",),
-                               choices={"kd_data": KD_DATA})
+        check_teacher_config(self, counts=("log_every",), nonnegative=("kd_ce_weight",))
 
 
 # ---------------------------------------------------------------- the losses, Eqs. 13-19
@@ -393,6 +390,6 @@ def fedhydra_extras(h: Hydra, strat: Stratification, m: int, num_classes: int,
     }
 
 
-__all__ = ["KD_DATA", "FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss",
+__all__ = ["FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss",
            "generator_loss", "global_loss", "kl_loss", "pseudo_label_loss", "run",
            "run_fedhydra"]

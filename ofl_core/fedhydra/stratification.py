@@ -31,9 +31,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..distill.generator import build_generator, generator_forward
+from ..progress import progress_bar
 from ..seeds import derive_seed
 
 #: default floor of min L in Eq. 2 (see :func:`guidance_capability`)
@@ -263,7 +263,7 @@ def stratify(
     pairs = [(k, j) for k in range(m) for j in range(num_classes)]
     losses = torch.zeros(m, num_classes, steps, device=dev, dtype=torch.float64)
     total = len(pairs) * steps
-    bar = tqdm(total=total, desc="FedHydra stratification", disable=not progress)
+    bar = progress_bar(total=total, desc="FedHydra stratification", show=progress)
     for start in range(0, len(pairs), gsize):
         chunk = pairs[start : start + gsize]
         batched_gen, params, buffers, z = stacked_generators(

@@ -1,6 +1,8 @@
 """Server methods: each module has a ``<Name>Config`` (paper defaults + ``preset``) and
 ``run(uploads, cfg, ctx) -> ServerResult``. :data:`METHODS` maps a method name to both.
-FedCVAE's servers live in their own package, :mod:`ofl_core.fedcvae.server`."""
+FedCVAE's, FedHydra's and Co-Boosting's servers live in their own packages
+(:mod:`ofl_core.fedcvae.server`, :mod:`ofl_core.fedhydra.server`,
+:mod:`ofl_core.coboosting.server`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import torch
 
 from ..clients import check_upload_header
+from ..coboosting import server as coboosting
 from ..cpu_memory import large_blocks_from_heap
 from ..fedcvae import server as fedcvae_server
 from ..fedhydra import server as fedhydra
@@ -31,6 +34,7 @@ METHODS: dict[str, tuple[type, Callable[..., ServerResult]]] = {
     "feddf": (feddf.FedDFConfig, feddf.run),
     "fedhydra": (fedhydra.FedHydraConfig, fedhydra.run),
     "ot": (ot_fusion.OTFusionConfig, ot_fusion.run),
+    "coboosting": (coboosting.CoBoostingConfig, coboosting.run),
 }
 
 

@@ -49,9 +49,9 @@ class FedADIConfig(DistillConfig):
 
     def __post_init__(self) -> None:
         check_distill_config(self, counts=("kd_batch_size",),
-                             positive=("pixel_lr", "kd_temperature", "compete_temperature"))
-        if self.jitter < 0:
-            raise ValueError(f"FedADIConfig.jitter must be ≥ 0 (got {self.jitter!r})")
+                             positive=("pixel_lr", "kd_temperature", "compete_temperature"),
+                             nonnegative=("ce_weight", "bn_weight", "tv_weight",
+                                          "compete_weight", "jitter"))
 
     @property
     def method_name(self) -> str:

@@ -44,7 +44,8 @@ class FedDAFLConfig(GeneratorConfig):
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr", "kd_temperature"))
+        check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr", "kd_temperature"),
+                             nonnegative=("oh_weight", "act_weight", "ie_weight"))
 
     @property
     def method_name(self) -> str:

@@ -26,12 +26,17 @@ from ..distill.combiners import (
     resolve_teacher_weights,
     stratification_stage,
 )
-from ..distill.config import SynthesisConfig, check_synthesis_config
-from ..distill.generator import build_generator, generator_forward, reinit_generator
+from ..distill.config import TeacherConfig, check_teacher_config
+from ..distill.generator import (
+    build_generator,
+    generator_forward,
+    generator_optimizer,
+    sample_latents,
+)
 from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..distill.losses import boundary_support_loss
-from ..distill.pool import ImagePool, augment_batch
+from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
 from ..distill.teachers import TeacherBank
 from ..fedhydra.stratification import Stratification
 from ..presets import check_preset
@@ -41,7 +46,7 @@ ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig(SynthesisConfig):
+class DenseConfig(TeacherConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -100,11 +105,7 @@ class DenseConfig(SynthesisConfig):
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_synthesis_config(
-            self, counts=("log_every",), positive=("kd_temperature",),
-            choices={"kd_data": ("fresh", "pool"),
-                     "pool_augment": ("auto", "none", "flip", "crop_flip"),
-                     "synthesis_student_mode": ("eval", "train"), "ablation": ABLATIONS})
+        check_teacher_config(self, counts=("log_every",), positive=("kd_temperature",))
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> DenseConfig:
@@ -139,16 +140,6 @@ class DenseConfig(SynthesisConfig):
         if self.label:
             return self.label
         return "dense" if self.ablation is None else "dense-" + self.ablation.replace("_", "-")
-
-
-def resolve_pool_augment(cfg_value: str, augment: bool, in_channels: int) -> str:
-    """KD-time augmentation of pool images. DENSE's code: flip for MNIST/FMNIST/SVHN, crop+flip
-    for CIFAR; ``"auto"`` approximates it by channels (RGB → crop+flip, grayscale → flip)."""
-    if not augment:
-        return "none"
-    if cfg_value == "auto":
-        return "crop_flip" if in_channels == 3 else "flip"
-    return cfg_value
 
 
 class DenseSynthesizer:
@@ -248,28 +239,6 @@ class DenseLog:
     t_kd: float = 0.0
     last_x: torch.Tensor | None = None
     last_y: torch.Tensor | None = None
-
-
-def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg: DenseConfig,
-                        rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
-    """G's Adam (G initialised at Alg. 1 line 4; ⚑ ``reinit_generator``: a fresh G and Adam
-    every epoch, as DENSE's code)."""
-    if cfg.reinit_generator and epoch > 0:
-        reinit_generator(gen, rng)
-    if opt_g is None or cfg.reinit_generator:
-        opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
-    return opt_g
-
-
-def sample_latents(cfg: DenseConfig, num_classes: int, rng: torch.Generator,
-                   dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 1 line 6: z ~ N(0, I) (b, nz) and labels y uniform over the C classes
-    (⚑ sorted with ``sorted_labels``)."""
-    z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
-    y = torch.randint(0, num_classes, (cfg.batch_size,), generator=rng)
-    if cfg.sorted_labels:
-        y = y.sort().values
-    return z, y.to(dev)
 
 
 def generation_stage(synth: DenseSynthesizer, z: torch.Tensor, y: torch.Tensor,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
-from ..presets import check_preset
+from ..validation import check_config
 from .base import ServerContext, ServerResult
 
 
@@ -18,7 +18,7 @@ class EnsembleConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
+        check_config(self)
 
     @classmethod
     def for_preset(cls, preset: str = "paper") -> EnsembleConfig:

@@ -8,6 +8,7 @@ import torch
 
 from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
+from ..validation import check_config
 from .base import ServerContext, ServerResult, check_homogeneous
 
 
@@ -21,7 +22,7 @@ class FedAvgConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
+        check_config(self)
 
     @classmethod
     def for_preset(cls, preset: str = "paper") -> FedAvgConfig:

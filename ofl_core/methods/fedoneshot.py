@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
 from ..presets import check_preset
+from ..validation import check_config
 from .base import ServerContext, ServerResult
 
 
@@ -16,15 +18,11 @@ class FedOneShotConfig:
     ⚑ ``preset="authors_code"``: FedCVAE's code takes a hard majority vote (ties → lowest
     class)."""
 
-    combine: str = "mean_softmax"
+    combine: Literal["mean_softmax", "vote", "mean_logits"] = "mean_softmax"
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
-        if self.combine not in ("mean_softmax", "vote", "mean_logits"):
-            raise ValueError(
-                f"combine must be 'mean_softmax', 'vote' or 'mean_logits' (got {self.combine!r})"
-            )
+        check_config(self)
 
     @classmethod
     def for_preset(cls, preset: str = "paper") -> FedOneShotConfig:

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
+from ..validation import NONNEG, check_config
 from .base import ServerContext, ServerResult, check_homogeneous
 from .fedavg import average_states
 
@@ -46,14 +47,7 @@ class OTFusionConfig:
     preset: str = "paper"
 
     def __post_init__(self) -> None:
-        check_preset(self.preset)
-        if self.anchor != "largest" and (not isinstance(self.anchor, int)
-                                         or isinstance(self.anchor, bool) or self.anchor < 0):
-            raise ValueError("OTFusionConfig.anchor must be 'largest' or a client index ≥ 0 "
-                             f"(got {self.anchor!r})")
-        if self.ground_metric not in ("sqeuclidean", "euclidean"):
-            raise ValueError("OTFusionConfig.ground_metric must be 'sqeuclidean' or 'euclidean' "
-                             f"(got {self.ground_metric!r})")
+        check_config(self, {"anchor": NONNEG})
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> OTFusionConfig:

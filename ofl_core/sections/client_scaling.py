@@ -14,7 +14,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..plots import method_labels, plot_accuracy_vs, save_figure
+from ..plots import (
+    accuracy_panels,
+    figure_legend,
+    method_labels,
+    plot_accuracy_vs,
+    save_figure,
+)
 from ..results import paper_results, records_frame
 from ..tables import Tables
 
@@ -39,39 +45,43 @@ def fedcvae_spread(tables: Tables) -> pd.DataFrame:
                        suffixes=("", "_paper")).rename(columns={"accuracy": "paper"}))
 
 
-def _panel(ax: plt.Axes, t: pd.DataFrame, title: str, paper: str, table: str) -> None:
+def _panel(ax: plt.Axes, t: pd.DataFrame, title: str, paper: str, table: str,
+           order: list[str]) -> None:
     """One table's panel: ours (solid) and the paper's cells (dashed); where the table has no
-    cell for our dataset, the paper's CIFAR10 numbers (the trend only)."""
+    cell for our dataset, the paper's CIFAR10 numbers (the trend only), dotted. ``order``: the
+    method labels of every panel (one colour each)."""
     t = t.assign(label=method_labels(t))
-    order = list(dict.fromkeys(t["label"]))
+    source = t["data_source"].iloc[0]
     if t["paper"].notna().any():
-        plot_accuracy_vs(t, "num_clients", group="label", ax=ax, order=order,
-                         title=f"{title}: {t['data_source'].iloc[0]} vs paper")
+        plot_accuracy_vs(t, "num_clients", group="label", ax=ax, order=order, legend=False,
+                         title=f"{title}\nours on {source} vs paper")
     else:
         ref = paper_results(paper, table)
         ref = ref[(ref.dataset == "cifar10") & ref.method.isin(t["method"])
                   & (ref.num_clients <= max(t["num_clients"]))]
-        plot_accuracy_vs(t, "num_clients", {"ours_last": "ours"}, group="label", ax=ax,
-                         order=order)
-        plot_accuracy_vs(ref.rename(columns={"method": "label"}), "num_clients",
-                         {"accuracy": "paper, cifar10"}, group="label", ax=ax, order=order,
-                         styles=["--s"],
-                         title=f"{title}: ours on {t['data_source'].iloc[0]}, paper on CIFAR10")
+        frame = pd.concat([t[["label", "num_clients", "ours_last"]],
+                           ref.rename(columns={"method": "label", "accuracy": "paper_cifar10"})
+                           [["label", "num_clients", "paper_cifar10"]]], ignore_index=True)
+        plot_accuracy_vs(frame, "num_clients", {"ours_last": "ours",
+                                                "paper_cifar10": "paper, CIFAR10"},
+                         group="label", ax=ax, order=order, styles=["-o", ":^"], legend=False,
+                         title=f"{title}\nours on {source}, paper on CIFAR10")
     ax.set_xticks(sorted(set(t["num_clients"])))
     ax.set_xlabel("number of clients m")
 
 
 def save_accuracy_vs_clients(tables: Tables, figures_dir: str | os.PathLike) -> Path:
     """Accuracy against m, one panel per table of :data:`SCALING_TABLES` that has records
-    (DENSE T3, FedHydra T4, FedCVAE T2); saved as ``accuracy_vs_clients.png``."""
+    (DENSE T3, FedHydra T4, FedCVAE T2), one legend for all (a method keeps its colour);
+    saved as ``accuracy_vs_clients.png``."""
     panels = [(title, paper, table, tables.compare(paper, table))
               for title, paper, table in SCALING_TABLES]
     panels = [p for p in panels if not p[3].empty]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.0 * max(len(panels), 1), 3.8),
-                             squeeze=False)
-    for ax, (title, paper, table, t) in zip(axes[0], panels, strict=False):
-        _panel(ax, t, title, paper, table)
-    fig.tight_layout()
+    order = list(dict.fromkeys(label for *_, t in panels for label in method_labels(t)))
+    fig, axes = accuracy_panels(len(panels))
+    for ax, (title, paper, table, t) in zip(axes, panels, strict=True):
+        _panel(ax, t, title, paper, table, order)
+    figure_legend(fig)
     return save_figure(fig, figures_dir, "accuracy_vs_clients")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 from matplotlib.figure import Figure
 
 from ..experiment import ExperimentConfig, Setup, configure_methods, setup_experiment
@@ -19,7 +19,7 @@ from ..fedcvae.samples import client_decoder_samples, decode_classes, server_dec
 from ..fedcvae.sampling import truncated_sampler, uniform_sampler
 from ..fedcvae.security import FedCVAESecurityConfig
 from ..methods import method_config
-from ..plots import plot_accuracy_vs, plot_image_grid, save_figure
+from ..plots import plot_accuracy_vs, plot_image_rows, save_figure
 from ..results import ResultRecord, paper_results, records_frame
 from ..tables import Run, Serves, Tables, run_tables
 
@@ -124,29 +124,50 @@ def _with_bounds(records: Sequence[ResultRecord]) -> pd.DataFrame:
 
 
 def plot_table8(t8: pd.DataFrame, title: str) -> Figure | None:
-    """FedCVAE Table 8: accuracy against the noise proportion γ (ours solid, paper dashed)."""
+    """FedCVAE Table 8: accuracy against the noise proportion γ, ours solid and the paper's
+    dashed — drawn once, beside the paper's own noise (preset ``paper``; the table repeats the
+    same cell beside ``label_noise=std``)."""
     if t8.empty:
         return None
     t8 = t8.assign(gamma=t8["setting"].str.removeprefix("gamma=").astype(float),
-                   label=t8["method"] + " " + t8["preset"])
+                   label=t8["method"] + " " + t8["preset"],
+                   paper=t8["paper"].where(t8["preset"] == "paper"))
     return plot_accuracy_vs(t8, "gamma", group="label", logx=True,
                             xlabel="noise proportion γ", title=title)
 
 
+def class_columns(setup: Setup, owners: bool = True) -> list[str]:
+    """Column labels of the decoded-sample grids: each class and (``owners``) the client whose
+    decoder draws it (the one holding most of the class, as :func:`client_decoder_samples`
+    picks)."""
+    uploads, names = setup.uploads, list(setup.dataset.classes)
+    C = uploads[0].num_classes
+    names = names if len(names) == C else [str(c) for c in range(C)]
+    owner = [max(range(len(uploads)), key=lambda k, c=c: (uploads[k].label_counts or (0,) * C)[c])
+             for c in range(C)]
+    return [f"{names[c]}\nclient {owner[c]}" if owners else names[c] for c in range(C)]
+
+
+def save_table8(t8: pd.DataFrame, title: str, figures_dir: str | os.PathLike) -> Path | None:
+    """:func:`plot_table8` saved as ``table8_label_noise.png``; None (no figure) when empty."""
+    fig = plot_table8(t8, title)
+    return None if fig is None else save_figure(fig, figures_dir, "table8_label_noise")
+
+
 def save_client_samples(setups: dict[str, tuple[Setup, Any]], bounds: Sequence[float],
                         per_class: int, figures_dir: str | os.PathLike) -> None:
-    """Fig. 7-like grids: for each class, the client decoder holding most of it decodes
-    ``per_class`` rows: z around μ (the server's draw, ±3 std), then z ~ U(−b, b) per b."""
+    """Fig. 7-like grids, one per preset: a column per class, decoded by the client decoder
+    holding most of it; a block of ``per_class`` rows per sampler: z around μ (the legitimate
+    server's draw, ±3 std), then the eavesdropper's z ~ U(−b, b) for each b."""
     for preset, (setup, mu) in setups.items():
-        rows = [client_decoder_samples(setup.uploads, per_class,
-                                       truncated_sampler(3.0, mu, "cpu"), seed=0)]
-        rows += [client_decoder_samples(setup.uploads, per_class,
-                                        uniform_sampler(float(b), "cpu"), seed=0)
-                 for b in bounds]
-        names = ["around μ (server)"] + [f"U(−{b:g}, {b:g})" for b in bounds]
-        fig = plot_image_grid(torch.cat(rows).numpy(), nrow=setup.dataset.num_classes,
-                              title=f"{preset}: client decoders, {per_class} row(s) each: "
-                              + " | ".join(names))
+        blocks = {"server:\nz around μ": client_decoder_samples(
+            setup.uploads, per_class, truncated_sampler(3.0, mu, "cpu"), seed=0).numpy()}
+        blocks.update({f"eavesdropper:\nz ~ U(−{b:g}, {b:g})": client_decoder_samples(
+            setup.uploads, per_class, uniform_sampler(float(b), "cpu"), seed=0).numpy()
+            for b in bounds})
+        fig = plot_image_rows(blocks, setup.dataset.num_classes,
+                              f"FedCVAE Fig. 7 ({preset}): client decoders' samples, "
+                              f"{per_class} per class and sampler", class_columns(setup))
         save_figure(fig, figures_dir, f"fig7_client_samples_{preset}")
 
 
@@ -168,20 +189,20 @@ def server_decoder_grid(
         cvae={"epochs": cvae_epochs}, partition_seed=partition_seed), verbose=False)
     uploads = tables.setups[0].uploads
     width = cfgs[0][1].resolved().trunc_width
-    rows = [client_decoder_samples(uploads, per_class, truncated_sampler(3.0, None, "cpu"),
-                                   seed=0)]
-    names = ["client decoders"]
+    blocks = {"client decoders\n(each class: its\nlargest holder)": client_decoder_samples(
+        uploads, per_class, truncated_sampler(3.0, None, "cpu"), seed=0).numpy()}
     for name in methods:
         res = tables.result(name)
-        rows.append(decode_classes(server_decoder(res, uploads), per_class,
-                                   truncated_sampler(width, None, "cpu"), seed=0))
-        names.append(f"{res.method} server decoder")
-    fig = plot_image_grid(torch.cat(rows).numpy(), nrow=uploads[0].num_classes,
-                          title=f"α={alpha}, m={base.num_clients}, {per_class} row(s) each: "
-                          + " | ".join(names))
+        blocks[f"{res.method}:\nserver decoder"] = decode_classes(
+            server_decoder(res, uploads), per_class, truncated_sampler(width, None, "cpu"),
+            seed=0).numpy()
+    fig = plot_image_rows(blocks, uploads[0].num_classes,
+                          f"FedCVAE Fig. 8: server decoders beside the client decoders "
+                          f"(α={alpha}, m={base.num_clients}, {per_class} per class)",
+                          class_columns(tables.setups[0], owners=False))
     save_figure(fig, figures_dir, "fig8_server_decoders")
     return tables.compare("fedcvae", "T6")
 
 
-__all__ = ["fig5_summary", "noise_runs", "plot_fig5", "plot_table8", "save_client_samples",
-           "security_experiments", "server_decoder_grid"]
+__all__ = ["class_columns", "fig5_summary", "noise_runs", "plot_fig5", "plot_table8",
+           "save_client_samples", "save_table8", "security_experiments", "server_decoder_grid"]

@@ -112,11 +112,15 @@ def fedcvae_fig4(tables: Tables, figures_dir: str | os.PathLike) -> pd.DataFrame
     if frame.empty:
         return None
     frame["models"] = frame.setting.map(lambda s: "heterogeneous" if s else "homogeneous")
-    frame["group"] = frame.method + " (" + frame.data_source + ")"
+    sources = frame.data_source.unique()
+    frame["group"] = (frame.method if len(sources) == 1
+                      else frame.method + "\n(" + frame.data_source + ")")
     fig4 = frame.groupby(["group", "models"]).last_acc.mean().unstack()
+    fig4 = fig4[[c for c in ("homogeneous", "heterogeneous") if c in fig4]]
     print(fig4.round(2).to_string())
+    on = f"\n(clients on {sources[0]})" if len(sources) == 1 else ""
     fig = plot_grouped_bars(fig4.to_dict("index"),
-                            "FedCVAE Fig. 4: homogeneous vs heterogeneous local CVAEs")
+                            f"FedCVAE Fig. 4: homogeneous vs heterogeneous local CVAEs{on}")
     save_figure(fig, figures_dir, "fedcvae_fig4")
     return fig4
 

@@ -12,10 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..plots import save_figure
+from ..plots import accuracy_panels, save_figure
 from ..tables import Tables
 
 #: (paper, figure) → the methods it shows
@@ -50,14 +49,15 @@ def figure_numbers(tables: Tables, figures: Figures) -> str:
 def save_accuracy_vs_local_epochs(tables: Tables, figures: Figures, alphas: Sequence[float],
                                   dataset: str, figures_dir: str | os.PathLike) -> list[Path]:
     """DENSE Fig. 3 (left panel) and FedHydra Fig. 9: accuracy vs local epochs E, one panel
-    per α — each client (thin grey), each method's last-epoch accuracy, the teacher ensemble
-    (dotted). Saved as ``<paper>_<fig>_accuracy_vs_local_epochs.png``; returns the paths."""
+    per α (two per row) — each client (thin grey), each method's last-epoch accuracy, the
+    teacher ensemble (dotted); one legend, right of the panels. Saved as
+    ``<paper>_<fig>_accuracy_vs_local_epochs.png``; returns the paths."""
     df, cl = records_by_e(tables), client_frame(tables)
     cl = cl.groupby(["alpha", "E", "client"])["acc"].mean().reset_index()
     paths = []
     for (paper, table), names in figures.items():
-        fig, axes = plt.subplots(1, len(alphas), figsize=(5.2 * len(alphas), 3.6), squeeze=False)
-        for ax, alpha in zip(axes[0], alphas, strict=True):
+        fig, axes = accuracy_panels(len(alphas))
+        for ax, alpha in zip(axes, alphas, strict=True):
             for k, g in cl[cl.alpha == alpha].groupby("client"):
                 ax.plot(g["E"], g["acc"], "-", color="0.65", lw=1,
                         label="clients" if k == 0 else None)
@@ -73,8 +73,8 @@ def save_accuracy_vs_local_epochs(tables: Tables, figures: Figures, alphas: Sequ
             ax.set_xticks(sorted(df["E"].unique()))
             ax.set_title(f"{paper} {table}, {dataset}, α={alpha}", fontsize=9)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
+        fig.legend(handles=axes[0].get_legend_handles_labels()[0], loc="outside right upper",
+                   fontsize=7, frameon=False)
         paths.append(save_figure(fig, figures_dir,
                                  f"{paper}_{table.lower()}_accuracy_vs_local_epochs"))
     return paths

@@ -10,10 +10,11 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..plots import plot_accuracy_vs, save_figure
+from ..plots import accuracy_panels, figure_legend, plot_accuracy_vs, save_figure
 from ..results import paper_results
 from ..tables import Serves, Tables
 
+PAPER_NAMES = {"dense": "DENSE", "fedhydra": "FedHydra"}
 #: FedHydra's multi-round table for each partition (α, or "2c/c"): Tables 5, 8, 9, 10, 11
 FEDHYDRA_TABLE: dict[float | str, str] = {0.1: "T5", 0.5: "T8", 0.3: "T9", 0.01: "T10",
                                           "2c/c": "T11"}
@@ -54,30 +55,41 @@ def _round(setting: pd.Series) -> pd.Series:
     return setting.str.extract(r"rounds=(\d+)")[0].astype(int)
 
 
+def _paper_columns(paper: str, table: str, t: pd.DataFrame) -> pd.DataFrame:
+    """The paper's own cells for a table where ours has none (they print CIFAR10, SVHN,
+    CIFAR100 only): at our partition, for our methods, one column ``paper_<dataset>`` each."""
+    cells = paper_results(paper, table)
+    cells = cells[cells.method.isin(t["method"])
+                  & (cells.alpha.map(lambda a: "" if pd.isna(a) else f"{a:g}")
+                     .isin(t["alpha"].astype(str)))]
+    return (cells.assign(round=_round(cells["setting"]), column="paper_" + cells["dataset"])
+            .pivot_table(index=["round", "method"], columns="column", values="accuracy")
+            .reset_index())
+
+
 def plot_accuracy_vs_round(compared: dict[tuple[str, str], pd.DataFrame], dataset: str,
                            figures_dir: str | os.PathLike) -> plt.Figure:
     """DENSE Table 5 / FedHydra Tables 5, 8–11 as curves: accuracy vs round, ours (solid) and
     the paper (dashed) — the paper's own datasets at our partition when ours has no cell (the
-    tables print CIFAR10, SVHN, CIFAR100 only). One panel per table; ``accuracy_vs_round.png``."""
-    fig, axes = plt.subplots(1, len(compared), figsize=(5.4 * len(compared), 3.8),
-                             squeeze=False)
-    for ax, ((paper, table), t) in zip(axes[0], compared.items(), strict=True):
+    tables print CIFAR10, SVHN, CIFAR100 only; one line style per dataset). One panel per
+    table, one colour per method in every panel; ``accuracy_vs_round.png``."""
+    fig, axes = accuracy_panels(len(compared))
+    order = list(dict.fromkeys(m for t in compared.values() for m in t["method"]))
+    for ax, ((paper, table), t) in zip(axes, compared.items(), strict=True):
         t = t.assign(round=_round(t["setting"]))
-        rows = [t[["round", "method", "ours_last", "paper"]]]
-        if t["paper"].isna().all():  # the paper's own datasets at our partition, same methods
-            cells = paper_results(paper, table)
-            cells = cells[cells.method.isin(t["method"])
-                          & (cells.alpha.map(lambda a: "" if pd.isna(a) else f"{a:g}")
-                             .isin(t["alpha"].astype(str)))]
-            cells = cells.assign(round=_round(cells["setting"]),
-                                 method=cells["method"] + " [" + cells["dataset"] + "]")
-            rows.append(cells[["round", "method", "accuracy"]].rename(
-                columns={"accuracy": "paper"}))
-        frame = pd.concat(rows, ignore_index=True)
-        plot_accuracy_vs(frame, "round", group="method", ax=ax, xlabel="round",
-                         title=f"{paper} {table}: ours ({dataset}) vs paper")
+        frame = t[["round", "method", "ours_last", "paper"]]
+        ys = {"ours_last": "ours", "paper": "paper"}
+        if t["paper"].isna().all():
+            frame = frame.drop(columns="paper").merge(_paper_columns(paper, table, t),
+                                                      on=["round", "method"], how="outer")
+            ys = {"ours_last": "ours", **{c: f"paper, {c.removeprefix('paper_').upper()}"
+                                          for c in frame.columns if c.startswith("paper_")}}
+        plot_accuracy_vs(frame, "round", ys, group="method", ax=ax, xlabel="round",
+                         order=order, legend=False,
+                         title=f"{PAPER_NAMES.get(paper, paper)} Table {table.removeprefix('T')}\n"
+                               f"ours ({dataset}) vs paper")
         ax.set_xticks(sorted(frame["round"].unique()))
-    fig.tight_layout()
+    figure_legend(fig)
     save_figure(fig, figures_dir, "accuracy_vs_round")
     return fig
 

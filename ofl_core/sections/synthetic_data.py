@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..plots import plot_image_grid, save_figure
+from ..plots import plot_image_rows, save_figure
 from ..privacy import distance_summary, nearest_neighbour_distances
 from ..tables import Tables
 
@@ -26,20 +26,37 @@ def client_images(tables: Tables, run: int = 0) -> tuple[torch.Tensor, torch.Ten
 def save_image_grids(tables: Tables, figures_dir: str | os.PathLike, title: str) -> None:
     """One real training image per class (from the clients' data), then each generator
     method's last synthetic batch (DENSE: the epoch's lowest-loss batch that joined its pool;
-    FedHydra: the last generator step's batch), sorted by the label it was asked for."""
+    FedHydra: the last generator step's batch), one row per class it was asked for (the row
+    label: the class and how many of the batch's images it got)."""
     ds = tables.setups[0].dataset
+    names = list(ds.classes) or [str(c) for c in range(ds.num_classes)]
     x, y = client_images(tables)
-    real = torch.stack([x[y == c][0] for c in range(ds.num_classes)
-                        if bool((y == c).any())]).float() / 255
-    save_figure(plot_image_grid(real.numpy(), nrow=len(real),
-                                title=f"real {ds.name} training images"),
+    present = [c for c in range(ds.num_classes) if bool((y == c).any())]
+    real = torch.stack([x[y == c][0] for c in present]).float() / 255
+    save_figure(plot_image_rows({"one per class": real.numpy()}, len(real),
+                                f"real {ds.name} training images",
+                                col_labels=[names[c] for c in present]),
                 figures_dir, "real_images")
     for (run, name), res in tables.results.items():
         if run == 0 and res.images is not None:
-            print(f"{name}: {len(res.images)} images, labels {res.extras.get('image_labels')}")
-            save_figure(plot_image_grid(res.images.numpy(), nrow=16,
-                                        title=f"{name} synthetic images ({title})"),
+            blocks = class_blocks(res.images, res.extras.get("image_labels"), names)
+            print(f"{name}: {len(res.images)} synthetic images; per class: "
+                  + ", ".join(blocks))
+            ncol = min(16, max(len(b) for b in blocks.values()))
+            save_figure(plot_image_rows(blocks, ncol, f"{name} synthetic images ({title}), "
+                                        "one row per class the generator was asked for"),
                         figures_dir, f"{name}_synthetic")
+
+
+def class_blocks(images: torch.Tensor, labels: list[int] | None, names: list[str]
+                 ) -> dict[str, np.ndarray]:
+    """Synthetic images grouped by the class they were generated for, keyed
+    ``"<class> (<count>)"`` (one key ``"all"`` without labels)."""
+    if labels is None:
+        return {f"all ({len(images)})": images.numpy()}
+    y = np.asarray(labels)
+    return {f"{n} ({int((y == c).sum())})": images[torch.as_tensor(y == c)].numpy()
+            for c, n in enumerate(names)}
 
 
 def privacy_check(tables: Tables, baseline_test_images: int) -> pd.DataFrame:
@@ -75,4 +92,4 @@ def privacy_check(tables: Tables, baseline_test_images: int) -> pd.DataFrame:
     return stats.round(3)
 
 
-__all__ = ["client_images", "privacy_check", "save_image_grids"]
+__all__ = ["class_blocks", "client_images", "privacy_check", "save_image_grids"]

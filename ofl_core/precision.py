@@ -1,0 +1,45 @@
+"""Arithmetic precision: where bfloat16 autocast is native, and what a run used.
+
+``amp="auto"`` (local training) means bfloat16 autocast where the hardware computes it natively
+— CUDA GPUs, and CPUs with AVX512-BF16 or AMX-BF16 — and float32 elsewhere. It was measured
+against float32 on the same partitions and seeds before becoming a default (docs/decisions.md,
+"bfloat16"); ``amp=False`` keeps the paper's float32 arithmetic everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from typing import Literal
+
+import torch
+
+Amp = bool | Literal["auto"]
+
+
+@functools.cache
+def _cpu_has_bf16() -> bool:
+    if platform.system() != "Linux":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith("flags")), "")
+    except OSError:
+        return False
+    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
+
+
+def native_bf16(device: str | torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 natively (CUDA, or a CPU with BF16 instructions)."""
+    kind = torch.device(device).type
+    return kind == "cuda" or (kind == "cpu" and _cpu_has_bf16())
+
+
+def resolve_amp(amp: Amp, device: str | torch.device) -> bool:
+    """``amp`` as a yes/no for ``device`` ("auto" = where bfloat16 is native)."""
+    return native_bf16(device) if amp == "auto" else bool(amp)
+
+
+def precision_label(local: bool, server: bool) -> str:
+    """What a record's arithmetic was, e.g. ``local=bf16;server=fp32``."""
+    return f"local={'bf16' if local else 'fp32'};server={'bf16' if server else 'fp32'}"
