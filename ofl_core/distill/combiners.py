@@ -135,8 +135,9 @@ def stratification_stage(run_: DistillRun, cfg: Any, ctx: ServerContext, m: int,
     return given
 
 
-def resolve_teacher_weights(name: str, strat: Stratification | None, given: TeacherWeights | None,
-                    shape: tuple[int, int], method: str) -> TeacherWeights | None:
+def resolve_teacher_weights(name: str, strat: Stratification | None,
+                            given: TeacherWeights | None, shape: tuple[int, int],
+                            method: str) -> TeacherWeights | None:
     """The weights of the teacher ``name``: ``given`` (required for the diagnostic oracle:
     :func:`~ofl_core.distill.combiners.oracle_weights`), else the stratification's Ū_r, Ū_c
     (None for the unweighted teachers)."""

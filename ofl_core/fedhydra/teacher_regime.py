@@ -15,6 +15,7 @@ tables (mean ± std over seeds). ``scripts/fedhydra_teacher_regime.py`` is the c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from ..evaluate import predict_logits
 from ..experiment import ExperimentConfig, Setup, setup_experiment
 from ..methods import method_config
 from ..methods.dense import run_dense
+from ..precision import precision_label, resolve_amp
 from .diagnostics import teacher_panel
 from .server import run_fedhydra
 from .stratification import Stratification
@@ -109,6 +111,16 @@ def experiment_config(setting: str, seed: int, local_epochs: int = 10) -> Experi
                             **common)
 
 
+def client_settings() -> dict:
+    """The clients' local training as run here (recorded in the results file): the
+    :class:`~ofl_core.clients.LocalTrainConfig` fields and the precision it resolves to on
+    this machine's CPU (``amp="auto"`` = bfloat16 where native)."""
+    local = experiment_config("2c/c", 1).local
+    out = {**dataclasses.asdict(local),
+           "precision": precision_label(resolve_amp(local.amp, "cpu"), False)}
+    return json.loads(json.dumps(out))  # as the results file holds it
+
+
 def setup_stratification(setup: Setup, server: dict, rule: str = "eq2") -> Stratification:
     """Model stratification (Alg. 2) of the setup's clients exactly as FedHydra's server
     computes it (same teacher bank, seed and settings), with u by ``rule``."""
@@ -154,7 +166,7 @@ def load_results(path: str | os.PathLike) -> dict:
     p = Path(path)
     if p.exists():
         return json.loads(p.read_text())
-    return {"server": {}, "rows": [], "panels": [], "setups": {}}
+    return {"server": {}, "clients": {}, "rows": [], "panels": [], "setups": {}}
 
 
 def save_results(path: str | os.PathLike, data: dict) -> None:
@@ -173,10 +185,12 @@ def run_table(path: str | os.PathLike, seeds: Sequence[int] = (1, 2, 3),
     variant of :func:`variants` over ``seeds``. Saves ``path`` after every row."""
     server = dict(QUICK if server is None else server)
     data = load_results(path)
-    if data["server"] and data["server"] != server:
-        raise ValueError(f"{path} holds results for server settings {data['server']}, "
-                         f"not {server}: use another file")
-    data["server"] = server
+    clients = client_settings()
+    for key, now in (("server", server), ("clients", clients)):
+        if data.get(key) and data[key] != now:
+            raise ValueError(f"{path} holds results for {key} settings {data[key]}, not "
+                             f"{now}: use another file")
+    data["server"], data["clients"] = server, clients
     done = {(r["setting"], r["seed"], r["variant"]) for r in data["rows"]}
     cache: dict[tuple[str, int], tuple[Setup, dict[str, Stratification]]] = {}
     for setting in settings:
@@ -283,7 +297,8 @@ def panel_summary(data: dict, rule: str = "eq2") -> pd.DataFrame:
     return out.round(1).reset_index()
 
 
-__all__ = ["DENSE", "PAPER", "QUICK", "RESULTS", "SETTINGS", "Variant", "experiment_config",
+__all__ = ["DENSE", "PAPER", "QUICK", "RESULTS", "SETTINGS", "Variant", "client_settings",
+           "experiment_config",
            "load_results", "panel_summary", "prepare", "run_table", "run_variant",
            "save_results", "setup_panels", "setup_stratification", "summarise", "variants",
            "verdict"]
