@@ -1,4 +1,5 @@
-"""FedHydra with the SA weights on logits (Eq. 8, default) vs on probabilities (``sa_space``).
+"""FedHydra with the SA weights on logits (Eq. 8, default) vs on probabilities
+(``teacher="sa_probs"``; this was the field ``sa_space`` before issue 20).
 
 Embedded FMNIST, 2 classes per client, m = 5, the two_classes_per_client notebook's quick
 server settings, seeds 1–3, one thread; DENSE on the same clients for reference
@@ -29,8 +30,9 @@ def main() -> None:
         print(f"epochs={epochs} seed={seed} DENSE: last {r.last_acc:.2f} best {r.best_acc:.2f}",
               flush=True)
         for space in ("logits", "probs"):
+            teacher = "sa_probs" if space == "probs" else "sa"
             _, res = run_methods(setup, configure_methods(
-                ["fedhydra"], common={**server, "sa_space": space}))
+                ["fedhydra"], common={**server, "teacher": teacher}))
             r = res["fedhydra"]
             print(f"epochs={epochs} seed={seed} FedHydra sa_space={space}: last "
                   f"{r.last_acc:.2f} best {r.best_acc:.2f}, SA ensemble "

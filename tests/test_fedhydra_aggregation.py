@@ -144,5 +144,5 @@ def test_sa_probs_space_weights_probabilities_and_a_zero_weight_removes_a_vote()
     torch.testing.assert_close(sa_logits(logits, None, U, U), torch.tensor([[4.0, 2.0]]))
     with pytest.raises(ValueError, match="space"):
         sa_logits(logits, None, U, U, space="soft")
-    with pytest.raises(ValueError, match="sa_space"):
-        FedHydraConfig(sa_space="soft")
+    with pytest.raises(ValueError, match="teacher"):  # sa_probs is FedHydraConfig.teacher
+        FedHydraConfig(teacher="soft")

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
+from ..fedhydra.stratification import MIN_LOSS_FLOOR
 from ..models import MODEL_NAMES
 from ..presets import check_preset
 from ..validation import COUNT, NONNEG, POSITIVE, Bound, check_config, within
+from .combiners import Teacher
 
 C = TypeVar("C", bound="DistillConfig")
 
@@ -86,6 +88,45 @@ class SynthesisConfig(GeneratorConfig):
                              nonnegative=("ce_weight", "bn_weight", "adv_weight"))
 
 
+@dataclass(frozen=True)
+class TeacherConfig(SynthesisConfig):
+    """:class:`SynthesisConfig` + the pluggable teacher that DENSE and FedHydra share (issue 20).
+
+    ``teacher``: how the clients' outputs are combined (:mod:`ofl_core.distill.combiners`):
+    DENSE's default ``"mean_logits"`` (DENSE Eq. 1), FedHydra's ``"sa"`` (Eqs. 8–11 as
+    written); the others are readings measured in issue 20 (docs/decisions.md);
+    ``"oracle"`` is a diagnostic (true label counts), never a method, and the servers refuse it
+    unless its weights are passed explicitly. The weighted teachers need FedHydra's model
+    stratification (Alg. 2), set by ``strat_steps`` = T_G = 30, ``strat_batch_size`` = b = 128,
+    Adam ``strat_lr`` 1e-3 (FedHydra §4.1.4), ``strat_group`` (generators trained together;
+    "auto": C on the CPU), ``min_loss_floor`` (the guard of Eq. 2) and ``strat_u``: ``"eq2"``
+    (the paper) or the opt-in ``"log_ratio"`` u = log(max L / min L) (a deviation;
+    :func:`ofl_core.fedhydra.stratification.guidance_capability`)."""
+
+    teacher: Teacher = "mean_logits"
+    strat_steps: int = 30
+    strat_batch_size: int = 128
+    strat_lr: float = 1e-3
+    strat_group: int | Literal["auto"] = "auto"
+    min_loss_floor: float = MIN_LOSS_FLOOR
+    strat_u: Literal["eq2", "log_ratio"] = "eq2"
+
+    def __post_init__(self) -> None:
+        check_teacher_config(self)
+
+
+def check_teacher_config(cfg: Any, counts: Sequence[str] = (), positive: Sequence[str] = (),
+                           nonnegative: Sequence[str] = ()) -> None:
+    """:func:`check_distill_config` with the ranges of :class:`TeacherConfig`'s fields (the
+    KD batch, the loss weights and the stratification settings; ``teacher`` and ``strat_u``
+    are checked by their ``Literal`` annotations) added to the given ones."""
+    check_distill_config(
+        cfg, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size",
+                     "strat_group", *counts),
+        positive=("g_lr", "strat_lr", "min_loss_floor", *positive),
+        nonnegative=("ce_weight", "bn_weight", "adv_weight", *nonnegative))
+
+
 #: ranges of the fields every distillation config (and its generator) has
 RANGES: dict[str, Bound] = {
     "epochs": NONNEG, "steps_per_epoch": COUNT, "batch_size": COUNT, "eval_every": COUNT,
@@ -113,4 +154,5 @@ def check_distill_config(cfg: Any, counts: Sequence[str] = (), positive: Sequenc
                          f"known: {', '.join(MODEL_NAMES)}")
 
 
-__all__ = ["RANGES", "DistillConfig", "GeneratorConfig", "check_distill_config"]
+__all__ = ["RANGES", "DistillConfig", "GeneratorConfig", "SynthesisConfig", "TeacherConfig",
+           "check_distill_config", "check_teacher_config"]

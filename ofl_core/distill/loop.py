@@ -201,12 +201,15 @@ def as_floats(values: list[torch.Tensor]) -> list[float]:
 
 
 def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
-                     xb: torch.Tensor, temperature: float, amp: torch.autocast) -> torch.Tensor:
+                     xb: torch.Tensor, temperature: float, amp: torch.autocast,
+                     teacher: Callable[[torch.Tensor], torch.Tensor] | None = None
+                     ) -> torch.Tensor:
     """One SGD step of the student on L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6) on the
     batch ``xb`` (in the teachers' memory format), the teachers under ``no_grad``; returns the
-    detached loss."""
+    detached loss. ``teacher``: maps the clients' logits (m, B, C) to the teacher's (B, C)
+    (:func:`~ofl_core.distill.combiners.combine_teachers`); None = D, the mean of logits."""
     with torch.no_grad(), amp:
-        t_out = bank(xb)
+        t_out = bank(xb) if teacher is None else teacher(bank.logits(xb))
     with amp:
         s_out = student(xb)
     loss = kd_loss(s_out, t_out, temperature)

@@ -27,73 +27,73 @@ import torch.nn.functional as F
 
 from ..clients import ClientUpload
 from ..combine import Ensemble
-from ..distill.config import SynthesisConfig, check_distill_config
+from ..distill.combiners import (
+    Teacher,
+    TeacherEnsemble,
+    TeacherWeights,
+    combine_teachers,
+    resolve_teacher_weights,
+    stratification_stage,
+)
+from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
 from ..distill.pool import ImagePool
 from ..distill.teachers import TeacherOutput
-from ..seeds import derive_seed
-from .aggregation import SAEnsemble, sa_logits
-from .stratification import MIN_LOSS_FLOOR, Stratification, stratify
+from .aggregation import SAEnsemble
+from .stratification import Stratification
 
 if TYPE_CHECKING:  # ofl_core.methods registers this server
     from ..methods.base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
-class FedHydraConfig(SynthesisConfig):
+class FedHydraConfig(TeacherConfig):
     """FedHydra's server side; defaults = the paper (§4.1.4, Algs. 1–3).
 
     Paper values: T_g = ``epochs`` = 200, T_G = ``steps_per_epoch`` = 30, b = ``batch_size`` = 128,
     generator Adam ``g_lr`` 1e-3, λ1 = ``bn_weight`` = 1, λ2 = ``adv_weight`` = 0.5, global model
     SGD ``kd_lr`` 0.01. Stratification uses the same T_G, b and Adam (``strat_steps``,
-    ``strat_batch_size``, ``strat_lr``).
+    ``strat_batch_size``, ``strat_lr``; :class:`~ofl_core.distill.config.TeacherConfig`).
 
     Not given by the paper (docs/decisions.md): β = ``kd_ce_weight`` = 1 (Eq. 19);
     ``kd_momentum`` 0.9 and Adam ``g_betas`` (0.5, 0.999) (DENSE's values, FedHydra builds on
-    DENSE); nz = 256 and the generator of SPEC §2; ``kd_data``:
+    DENSE); nz = 256 and the generator of SPEC §2; ``kd_data`` (the distillation regime):
 
     - ``"intermediate"`` (default): each epoch's T_G intermediate batches x̂_1..x̂_T_G (with the SA
       logits computed for them during the generator steps) are distilled after the generator
       stage, one SGD step each — FedHydra §2: "our strategy leverages all generated intermediate
       images" instead of selecting the best batch as DENSE does.
+    - ``"replay"`` (not the paper; issue 20): every intermediate batch and its labels join a
+      growing pool, and each epoch makes T_G SGD steps on batches of ``kd_batch_size`` drawn
+      from the whole pool (as many student steps as ``"intermediate"``, but old batches are
+      replayed); the teacher is recomputed on the stored images.
     - ``"fresh"``: Algorithm 1 read literally — one student step per epoch on G(z) after the
       T_G generator steps (200 student steps in all).
     - ``"pool"``: DENSE's code — the lowest-loss batch of each epoch (with its labels) joins a
       growing pool and each epoch is one pass over it in batches of ``kd_batch_size``.
 
-    ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies P by C
-    (SPEC §4). ``sa_space``: ``"logits"`` = Eq. 8 as written (weights on logits);
-    ``"probs"`` applies the same weights to softmax probabilities (not the paper; measured in
-    docs/decisions.md, FedHydra section). ``student_arch``: None = the clients' architecture
-    (homogeneous clients); the paper's server model for heterogeneous clients is ``"resnet18"``.
-    ``min_loss_floor``: guard of Eq. 2
-    (:func:`ofl_core.fedhydra.stratification.guidance_capability`).
-    ``strat_group``: generators trained together during stratification ("auto": C on the CPU).
-    Speed options as in DENSE: ``fast_generator``, ``batched_teachers``, ``channels_last``,
-    ``amp`` (bfloat16 autocast, off by default).
+    ``teacher`` (default ``"sa"``: Eqs. 8–11 as written; :mod:`ofl_core.distill.combiners`):
+    the prediction P of Eqs. 12–19. ``"sa_probs"`` applies the SA weights to softmax
+    probabilities (not the paper; measured in docs/decisions.md, FedHydra section).
+    ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies the
+    ``"sa"`` teacher's P by C (SPEC §4). ``student_arch``: None = the clients' architecture
+    (homogeneous clients); the paper's server model for heterogeneous clients is
+    ``"resnet18"``. Speed options as in DENSE: ``fast_generator``, ``batched_teachers``,
+    ``channels_last``, ``amp`` (bfloat16 autocast, off by default).
     """
 
+    teacher: Teacher = "sa"
     kd_ce_weight: float = 1.0
     sa_rescale: bool = False
-    sa_space: Literal["logits", "probs"] = "logits"
-    kd_data: Literal["intermediate", "fresh", "pool"] = "intermediate"
+    kd_data: Literal["intermediate", "replay", "fresh", "pool"] = "intermediate"
     pool_uint8: bool = True
-    strat_steps: int = 30
-    strat_batch_size: int = 128
-    strat_lr: float = 1e-3
-    strat_group: int | Literal["auto"] = "auto"
-    min_loss_floor: float = MIN_LOSS_FLOOR
     log_every: int = 10
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_distill_config(
-            self, counts=("kd_batch_size", "nz", "ngf", "strat_steps", "strat_batch_size",
-                          "log_every", "strat_group"),
-            positive=("g_lr", "strat_lr", "min_loss_floor"),
-            nonnegative=("ce_weight", "bn_weight", "adv_weight", "kd_ce_weight"))
+        check_teacher_config(self, counts=("log_every",), nonnegative=("kd_ce_weight",))
 
 
 # ---------------------------------------------------------------- the losses, Eqs. 13-19
@@ -144,12 +144,12 @@ def global_loss(l_kl: torch.Tensor, l_ce: torch.Tensor, beta: float) -> torch.Te
 
 @dataclass(eq=False)
 class Hydra:
-    """One FedHydra server run: the shared scaffold, Ū_r/Ū_c, G, the optimisers, the logs."""
+    """One FedHydra server run: the shared scaffold, the teacher's weights (Ū_r/Ū_c), G, the
+    optimisers, the pool (``kd_data`` "replay"/"pool"), the logs."""
 
     run: DistillRun
     cfg: FedHydraConfig
-    U_r: torch.Tensor
-    U_c: torch.Tensor
+    weights: TeacherWeights
     gen: torch.nn.Module
     opt_g: torch.optim.Optimizer
     opt_s: torch.optim.Optimizer
@@ -164,9 +164,10 @@ class Hydra:
     t_kd: float = 0.0
 
     def sa(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """P = SA(x̂, y) from the teachers' logits (m, B, C) (FedHydra Eq. 12, Eqs. 8–11)."""
-        return sa_logits(logits.float(), y, self.U_r, self.U_c, self.cfg.sa_rescale,
-                         self.cfg.sa_space)
+        """P = SA(x̂, y) from the teachers' logits (m, B, C) (FedHydra Eq. 12, Eqs. 8–11), or
+        the configured ``teacher`` (:func:`~ofl_core.distill.combiners.combine_teachers`)."""
+        return combine_teachers(self.cfg.teacher, logits.float(), y, self.weights,
+                                self.cfg.sa_rescale)
 
     def sa_teacher(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """P for images ``xb`` labelled ``yb``, without gradients (the distillation target)."""
@@ -174,24 +175,6 @@ class Hydra:
             with self.run.amp:
                 logits = self.run.bank.logits(self.run.to_input(xb))
             return self.sa(logits, yb)
-
-
-def stratification_stage(run_: DistillRun, cfg: FedHydraConfig, ctx: ServerContext, m: int,
-                         given: Stratification | None) -> Stratification:
-    """Alg. 1 line 9: model stratification (Alg. 2, Eqs. 1–7), or check a given one."""
-    C = ctx.num_classes
-    if given is None:
-        return stratify(
-            run_.bank.models, C, ctx.in_channels, ctx.image_size, steps=cfg.strat_steps,
-            batch_size=cfg.strat_batch_size, nz=cfg.nz, ngf=cfg.ngf, lr=cfg.strat_lr,
-            betas=cfg.g_betas, seed=derive_seed(ctx.seed, "fedhydra-stratify"),
-            device=run_.device, group=cfg.strat_group, fast_generator=cfg.fast_generator,
-            channels_last=run_.bank.channels_last, min_loss_floor=cfg.min_loss_floor,
-            progress=ctx.progress)
-    if tuple(given.U.shape) != (C, m):
-        raise ValueError(f"FedHydra: the given stratification is {tuple(given.U.shape)}"
-                         f", expected (C, m) = ({C}, {m})")
-    return given
 
 
 def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
@@ -219,7 +202,8 @@ def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
 def generation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor, epoch: int
                      ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
     """Alg. 1 lines 15–21: T_G generator steps. Keeps, per ``kd_data``, every intermediate
-    batch with its P (``"intermediate"``) or the lowest-loss batch (``"pool"``)."""
+    batch with its P (``"intermediate"``, ``"replay"``) or the lowest-loss batch
+    (``"pool"``)."""
     cfg = h.cfg
     h.run.student.eval().requires_grad_(False)
     inter: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -227,9 +211,9 @@ def generation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor, epoch: int
     best_x = None
     for t in range(cfg.steps_per_epoch):
         x, P, loss = generator_step(h, z, y, epoch * cfg.steps_per_epoch + t)
-        if cfg.kd_data == "intermediate":
+        if cfg.kd_data in ("intermediate", "replay"):
             inter.append((x.detach().float(), P.detach()))
-        elif h.pool is not None:
+        elif cfg.kd_data == "pool":
             lower = loss.detach() < best_loss
             best_x = x.detach() if best_x is None else torch.where(lower, x.detach(), best_x)
             best_loss = torch.minimum(best_loss, loss.detach())
@@ -271,6 +255,27 @@ def distil_pool(h: Hydra, best_x: torch.Tensor, y: torch.Tensor
     return parts
 
 
+def distil_replay(h: Hydra, inter: list[tuple[torch.Tensor, torch.Tensor]], y: torch.Tensor
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``kd_data="replay"`` (not the paper): every intermediate batch of the epoch and its
+    labels join the pool, then T_G SGD steps on batches of ``kd_batch_size`` drawn uniformly
+    (with replacement) from the whole pool, P recomputed for the stored images."""
+    pool, cfg, dev = h.pool, h.cfg, h.run.device
+    assert pool is not None
+    for xb, _ in inter:
+        pool.add(xb)
+        h.pool_labels.append(y)
+    labels = torch.cat(h.pool_labels)
+    stored = pool.stored()
+    draws = torch.randint(0, len(pool), (len(inter), cfg.kd_batch_size),
+                          generator=h.run.rng).to(dev)
+    parts = []
+    for idx in draws:
+        xb = stored[idx].float().div_(255.0) if pool.uint8 else stored[idx].float()
+        parts.append(kd_step(h, xb, h.sa_teacher(xb, labels[idx])))
+    return parts
+
+
 def distillation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor,
                        inter: list[tuple[torch.Tensor, torch.Tensor]],
                        best_x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,6 +285,9 @@ def distillation_stage(h: Hydra, z: torch.Tensor, y: torch.Tensor,
     h.run.student.train().requires_grad_(True)
     if cfg.kd_data == "intermediate":
         parts = [kd_step(h, xb, pb) for xb, pb in inter]
+        last = inter[-1][0], y
+    elif cfg.kd_data == "replay":
+        parts = distil_replay(h, inter, y)
         last = inter[-1][0], y
     elif cfg.kd_data == "fresh":
         with torch.no_grad(), h.run.amp:
@@ -307,26 +315,31 @@ def run_fedhydra(
     ctx: ServerContext,
     student_state: dict[str, torch.Tensor] | None = None,
     stratification: Stratification | None = None,
+    teacher_weights: TeacherWeights | None = None,
 ) -> ServerResult:
-    """:func:`run` with an optional initial global-model state (multi-round) and an optional
+    """:func:`run` with an optional initial global-model state (multi-round), an optional
     precomputed :class:`Stratification` (e.g. to compare ``sa_rescale`` settings without
-    repeating the m·C generator trainings; it must come from the same uploads)."""
+    repeating the m·C generator trainings; it must come from the same uploads) and optional
+    teacher weights instead of the stratification's (required by the diagnostic
+    ``teacher="oracle"``: :func:`~ofl_core.distill.combiners.oracle_weights`)."""
     run_ = open_run(uploads, cfg, ctx, "FedHydra", "fedhydra", student_state=student_state,
                     fuse_student=False)
     dev = run_.device
     t0 = time.perf_counter()
     strat = stratification_stage(run_, cfg, ctx, len(uploads), stratification)
     t_strat = time.perf_counter() - t0
+    weights = resolve_teacher_weights(cfg.teacher, strat, teacher_weights,
+                                      tuple(strat.U.shape), "FedHydra")
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, run_.rng,
                           dev).train()
-    h = Hydra(run=run_, cfg=cfg, U_r=strat.U_r.to(dev, torch.float32),
-              U_c=strat.U_c.to(dev, torch.float32), gen=gen,
+    h = Hydra(run=run_, cfg=cfg, weights=(weights or TeacherWeights(strat.U_r, strat.U_c))
+              .to(dev), gen=gen,
               opt_g=torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas),
               opt_s=torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr,
                                     momentum=cfg.kd_momentum),
               zero=torch.zeros((), device=dev),
-              pool=ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool"
-              else None)
+              pool=ImagePool(uint8=cfg.pool_uint8, device=dev)
+              if cfg.kd_data in ("pool", "replay") else None)
     last_x = last_y = None
     for epoch in run_.epochs():  # Alg. 1 line 12: for T_g epochs
         t1 = time.perf_counter()
@@ -341,9 +354,12 @@ def run_fedhydra(
     extras = fedhydra_extras(h, strat, len(uploads), ctx.num_classes, t_strat)
     if ctx.evaluate is not None:  # Fig. 8: label-free SA ensemble vs the mean ensemble (AE)
         models = run_.bank.models
+        space = "probs" if cfg.teacher == "sa_probs" else "logits"
         extras["sa_ensemble_acc"] = float(ctx.evaluate(
-            SAEnsemble(models, strat.U_r, strat.U_c, cfg.sa_rescale, cfg.sa_space)))
+            SAEnsemble(models, strat.U_r, strat.U_c, cfg.sa_rescale, space)))
         extras["mean_ensemble_acc"] = float(ctx.evaluate(Ensemble(models)))
+        extras["teacher_acc"] = float(ctx.evaluate(
+            TeacherEnsemble(models, cfg.teacher, weights, cfg.sa_rescale)))
     return run_.result("fedhydra", cfg.preset, extras, samples=(last_x, last_y),
                        num_images=cfg.num_images)
 
@@ -356,6 +372,8 @@ def fedhydra_extras(h: Hydra, strat: Stratification, m: int, num_classes: int,
         **strat.to_lists(),
         "strat_losses": strat.losses.tolist(),
         "sa_rescale": cfg.sa_rescale,
+        "teacher": cfg.teacher,
+        "strat_u": cfg.strat_u,
         "kd_data": cfg.kd_data,
         "loss_weights": {"ce": cfg.ce_weight, "bn": cfg.bn_weight, "ad": cfg.adv_weight,
                          "kd_ce": cfg.kd_ce_weight},
@@ -372,5 +390,6 @@ def fedhydra_extras(h: Hydra, strat: Stratification, m: int, num_classes: int,
     }
 
 
-__all__ = ["FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss", "generator_loss",
-           "global_loss", "kl_loss", "pseudo_label_loss", "run", "run_fedhydra"]
+__all__ = ["FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss",
+           "generator_loss", "global_loss", "kl_loss", "pseudo_label_loss", "run",
+           "run_fedhydra"]

@@ -38,6 +38,8 @@ from ..seeds import derive_seed
 
 #: default floor of min L in Eq. 2 (see :func:`guidance_capability`)
 MIN_LOSS_FLOOR = 1e-300
+#: how u is computed from a loss curve: ``"eq2"`` = the paper; ``"log_ratio"`` = a deviation
+U_RULES = ("eq2", "log_ratio")
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,14 +67,29 @@ class Stratification:
     def num_clients(self) -> int:
         return int(self.U.shape[1])
 
+    @classmethod
+    def from_losses(cls, losses: torch.Tensor, min_loss_floor: float = MIN_LOSS_FLOOR,
+                    rule: str = "eq2") -> Stratification:
+        """U, Ū_r, Ū_c from recorded loss curves (m, C, T_G) (Eqs. 2–7), e.g. to compare
+        ``rule`` settings on one stratification run."""
+        L = torch.as_tensor(losses, dtype=torch.float64).cpu()
+        U = guidance_capability(L, min_loss_floor, rule).T.contiguous()  # (C, m)
+        U_r, U_c = stratified_weights(U)
+        return cls(U=U, U_r=U_r, U_c=U_c, losses=L)
+
     def to_lists(self) -> dict[str, list]:
         """Plain nested lists (JSON-friendly): ``U``, ``U_r``, ``U_c`` as C rows of m values."""
         return {"U": self.U.tolist(), "U_r": self.U_r.tolist(), "U_c": self.U_c.tolist()}
 
 
-def guidance_capability(losses: torch.Tensor, min_loss_floor: float = MIN_LOSS_FLOOR
-                        ) -> torch.Tensor:
+def guidance_capability(losses: torch.Tensor, min_loss_floor: float = MIN_LOSS_FLOOR,
+                        rule: str = "eq2") -> torch.Tensor:
     """u = (max L − min L) / min L over the last dimension (FedHydra Eq. 2), in float64.
+
+    ``rule="log_ratio"`` (opt-in, **not the paper**; docs/decisions.md, issue 20):
+    u = log(max L / min L) = log(1 + u_Eq.2). Eq. 2 grows like 1/min L, so a client's two own
+    classes can differ by orders of magnitude in u (and Ū_c is then winner-take-all between
+    them); the logarithm keeps the order of Eq. 2 and turns those ratios into differences.
 
     Guard: min L can be exactly 0 — a teacher so confident that its loss underflows (the
     float64 :func:`exact_cross_entropy` used for L_kj underflows only past a margin of ≈ 745;
@@ -85,8 +102,13 @@ def guidance_capability(losses: torch.Tensor, min_loss_floor: float = MIN_LOSS_F
     """
     if min_loss_floor <= 0:
         raise ValueError(f"min_loss_floor must be > 0 (got {min_loss_floor})")
+    if rule not in U_RULES:
+        raise ValueError(f"rule must be one of {U_RULES} ('eq2' = Eq. 2; got {rule!r})")
     L = losses.double()
     hi, lo = L.amax(-1), L.amin(-1)
+    if rule == "log_ratio":
+        return torch.where(hi > lo, torch.log(hi.clamp_min(min_loss_floor)
+                                              / lo.clamp_min(min_loss_floor)), 0.0)
     return (hi - lo) / lo.clamp_min(min_loss_floor)
 
 
@@ -205,6 +227,7 @@ def stratify(
     fast_generator: bool = True,
     channels_last: bool = False,
     min_loss_floor: float = MIN_LOSS_FLOOR,
+    rule: str = "eq2",
     progress: bool = False,
 ) -> Stratification:
     """Model stratification, FedHydra Algorithm 2 (Eqs. 1–7).
@@ -220,6 +243,7 @@ def stratify(
         group: generators trained together (see :func:`resolve_group`).
         channels_last: feed channels-last images (for teachers stored channels-last).
         min_loss_floor: guard of Eq. 2 (see :func:`guidance_capability`).
+        rule: u from the loss curves: ``"eq2"`` (the paper) or ``"log_ratio"`` (opt-in).
 
     Returns:
         :class:`Stratification` with U, Ū_r, Ū_c of shape (C, m) and the loss curves.
@@ -227,6 +251,8 @@ def stratify(
     m = len(models)
     if m == 0:
         raise ValueError("stratify: no client models")
+    if rule not in U_RULES:
+        raise ValueError(f"stratify: rule must be one of {U_RULES} (got {rule!r})")
     if steps < 1 or batch_size < 1:
         raise ValueError(f"stratify: steps and batch_size must be ≥ 1 (got {steps}, "
                          f"{batch_size})")
@@ -262,10 +288,7 @@ def stratify(
             opt.step()
             bar.update(len(chunk))
     bar.close()
-    losses = losses.cpu()
-    U = guidance_capability(losses, min_loss_floor).T.contiguous()  # (C, m)
-    U_r, U_c = stratified_weights(U)
-    return Stratification(U=U, U_r=U_r, U_c=U_c, losses=losses)
+    return Stratification.from_losses(losses.cpu(), min_loss_floor, rule)
 
 
 def block_structure(weights: torch.Tensor, counts: Sequence[Sequence[int]] | torch.Tensor
@@ -299,6 +322,6 @@ def block_structure(weights: torch.Tensor, counts: Sequence[Sequence[int]] | tor
             "owner_weight": owner_weight, "block_structured": all(client_ok)}
 
 
-__all__ = ["MIN_LOSS_FLOOR", "Stratification", "block_structure", "exact_cross_entropy",
+__all__ = ["MIN_LOSS_FLOOR", "U_RULES", "Stratification", "block_structure", "exact_cross_entropy",
            "group_layout", "guidance_capability", "resolve_group", "stacked_generators",
            "stratified_weights", "stratify"]

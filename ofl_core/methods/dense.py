@@ -10,7 +10,7 @@ with L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (Eq. 6), SGD with momentum. Multi-roun
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -19,7 +19,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..clients import ClientUpload
-from ..distill.config import SynthesisConfig, check_distill_config
+from ..distill.combiners import (
+    WEIGHTED,
+    TeacherWeights,
+    combine_teachers,
+    resolve_teacher_weights,
+    stratification_stage,
+)
+from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import (
     build_generator,
     generator_forward,
@@ -31,6 +38,7 @@ from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..distill.losses import boundary_support_loss
 from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
 from ..distill.teachers import TeacherBank
+from ..fedhydra.stratification import Stratification
 from ..presets import check_preset
 from .base import ServerContext, ServerResult
 
@@ -38,7 +46,7 @@ ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
 
 @dataclass(frozen=True)
-class DenseConfig(SynthesisConfig):
+class DenseConfig(TeacherConfig):
     """DENSE's server side. Defaults = the paper (``preset="paper"``); every ⚑ field is a
     documented difference of the authors' code (``preset="authors_code"``, SPEC §4).
 
@@ -70,6 +78,12 @@ class DenseConfig(SynthesisConfig):
     clients); required for heterogeneous clients (the paper uses ``"resnet18"``).
     ``label`` overrides the reported method name (e.g. ``"dense+ldam"`` for LDAM clients).
 
+    ``teacher`` (default ``"mean_logits"`` = D, Eq. 1; issue 20): the teacher of the generator
+    loss and of the distillation (:mod:`ofl_core.distill.combiners`). A weighted teacher runs
+    FedHydra's model stratification first (the ``strat_*`` fields, same seed as FedHydra);
+    a labelled one uses the sampled labels y in L_gen and its label-free form in the
+    distillation (DENSE's pool keeps images only).
+
     Speed options (same results up to float rounding, except ``amp``): ``fast_generator``
     (exact upsample-conv as one stride-2 transposed conv), ``batched_teachers`` (vmap;
     "auto" = on CUDA), ``channels_last`` ("auto" = on CPU), ``amp`` (bfloat16 autocast; off
@@ -91,10 +105,7 @@ class DenseConfig(SynthesisConfig):
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_distill_config(
-            self, counts=("kd_batch_size", "nz", "ngf", "log_every"),
-            positive=("g_lr", "kd_temperature"),
-            nonnegative=("ce_weight", "bn_weight", "adv_weight"))
+        check_teacher_config(self, counts=("log_every",), positive=("kd_temperature",))
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> DenseConfig:
@@ -140,15 +151,22 @@ class DenseSynthesizer:
     """
 
     def __init__(self, gen: nn.Module, bank: TeacherBank, student: nn.Module, cfg: DenseConfig,
-                 rng: torch.Generator, device: torch.device) -> None:
+                 rng: torch.Generator, device: torch.device,
+                 weights: TeacherWeights | None = None) -> None:
         self.gen, self.bank, self.student, self.cfg, self.rng = gen, bank, student, cfg, rng
-        self.weights = cfg.loss_weights
+        self.weights = weights
         self.augment = "crop_flip" if cfg.augment else "none"
         self.amp = autocast_context(device, cfg.amp)
         self.zero = torch.zeros((), device=device)
 
     def to_input(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else x
+
+    def teacher(self, logits: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        """D = (1/m) Σ_k f_k(x̂) (Eq. 1), or the configured ``teacher``."""
+        if self.cfg.teacher == "mean_logits":
+            return logits.mean(0)
+        return combine_teachers(self.cfg.teacher, logits.float(), y, self.weights)
 
     def freeze_student(self) -> None:
         self.student.train(self.cfg.synthesis_student_mode == "train")
@@ -157,12 +175,12 @@ class DenseSynthesizer:
     def losses(self, z: torch.Tensor, y: torch.Tensor
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """(L_gen, its parts, x̂ = G(z)) with the autograd graph to G (and z)."""
-        w_ce, w_bn, w_adv = self.weights
+        w_ce, w_bn, w_adv = self.cfg.loss_weights
         with self.amp:
             x = generator_forward(self.gen, z, self.cfg.fast_generator)
             xa = self.to_input(augment_batch(x, self.augment, self.rng))
             out = self.bank.forward(xa, bn=w_bn > 0)
-            d = out.mean_logits
+            d = self.teacher(out.logits, y)
             loss_ce = F.cross_entropy(d.float(), y)
             loss_bn = out.bn_loss if out.bn_loss is not None else self.zero
             loss_div = (boundary_support_loss(d, self.student(xa)) if w_adv > 0
@@ -188,9 +206,10 @@ class Distiller:
 
     def __init__(self, bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
                  temperature: float, augment: str, rng: torch.Generator,
-                 device: torch.device, amp: bool = False) -> None:
+                 device: torch.device, amp: bool = False,
+                 teacher: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         self.bank, self.student, self.opt, self.t = bank, student, opt, temperature
-        self.augment, self.rng = augment, rng
+        self.augment, self.rng, self.teacher = augment, rng, teacher
         self.amp = autocast_context(device, amp)
 
     def step(self, xb: torch.Tensor) -> torch.Tensor:
@@ -198,7 +217,8 @@ class Distiller:
         xb = augment_batch(xb, self.augment, self.rng)
         if self.bank.channels_last:
             xb = xb.contiguous(memory_format=torch.channels_last)
-        return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp)
+        return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp,
+                                self.teacher)
 
 
 def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> ServerResult:
@@ -269,14 +289,22 @@ def distillation_stage(distiller: Distiller, synth: DenseSynthesizer, pool: Imag
 
 
 def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
-              student_state: dict[str, torch.Tensor] | None = None) -> ServerResult:
-    """DENSE Algorithm 1; :func:`run` with an optional initial student state (multi-round)."""
+              student_state: dict[str, torch.Tensor] | None = None,
+              stratification: Stratification | None = None,
+              teacher_weights: TeacherWeights | None = None) -> ServerResult:
+    """DENSE Algorithm 1; :func:`run` with an optional initial student state (multi-round).
+    With a weighted ``teacher``: an optional precomputed FedHydra :class:`Stratification`
+    (else it is computed first) or explicit teacher weights (required by the diagnostic
+    ``"oracle"``)."""
     run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state)
     rng, dev = run_.rng, run_.device
+    weights = dense_teacher_weights(run_, cfg, ctx, len(uploads), stratification,
+                                    teacher_weights)
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
-    synth = DenseSynthesizer(gen, run_.bank, run_.student, cfg, rng, dev)
+    synth = DenseSynthesizer(gen, run_.bank, run_.student, cfg, rng, dev, weights)
     pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
-    distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels)
+    distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels,
+                               weights)
     log = DenseLog()
     opt_g: torch.optim.Optimizer | None = None
     for epoch in run_.epochs():  # Alg. 1 line 5: for T epochs
@@ -292,14 +320,42 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
                        samples=(log.last_x, log.last_y), num_images=cfg.num_images)
 
 
+def dense_teacher_weights(run_: DistillRun, cfg: DenseConfig, ctx: ServerContext, m: int,
+                          stratification: Stratification | None,
+                          given: TeacherWeights | None) -> TeacherWeights | None:
+    """The weights of a weighted ``teacher`` (None for D): given, or from FedHydra's model
+    stratification (Alg. 2) of the clients."""
+    if cfg.teacher not in WEIGHTED:
+        return None
+    strat = None
+    if given is None:
+        strat = stratification_stage(run_, cfg, ctx, m, stratification)
+    w = resolve_teacher_weights(cfg.teacher, strat, given, (ctx.num_classes, m), "DENSE")
+    return w.to(run_.device) if w is not None else None
+
+
 def make_distiller(run_: DistillRun, cfg: DenseConfig, from_pool: bool, synth_augment: str,
-                   in_channels: int) -> Distiller:
-    """The student's SGD on L_dis (Eq. 6), with the KD-time augmentation."""
+                   in_channels: int, weights: TeacherWeights | None = None) -> Distiller:
+    """The student's SGD on L_dis (Eq. 6), with the KD-time augmentation; the configured
+    ``teacher`` in its label-free form (None = D, Eq. 1)."""
     kd_aug = (resolve_pool_augment(cfg.pool_augment, cfg.augment, in_channels) if from_pool
               else synth_augment)
     opt = torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     return Distiller(run_.bank, run_.student, opt, cfg.kd_temperature, kd_aug, run_.rng,
-                     run_.device, cfg.amp)
+                     run_.device, cfg.amp, label_free_teacher(cfg.teacher, weights))
+
+
+def label_free_teacher(name: str, weights: TeacherWeights | None
+                       ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The teacher ``name`` without labels, as a function of the clients' logits (m, B, C);
+    None for D (the mean of logits, Eq. 1: :func:`ensemble_kd_step`'s own)."""
+    if name == "mean_logits":
+        return None
+
+    def teacher(logits: torch.Tensor) -> torch.Tensor:
+        return combine_teachers(name, logits.float(), None, weights)
+
+    return teacher
 
 
 def dense_extras(run_: DistillRun, cfg: DenseConfig, pool: ImagePool | None,
@@ -307,6 +363,7 @@ def dense_extras(run_: DistillRun, cfg: DenseConfig, pool: ImagePool | None,
     """DENSE's own result extras (beside :meth:`DistillRun.result`'s common ones)."""
     return {
         "loss_weights": dict(zip(("ce", "bn", "div"), cfg.loss_weights, strict=True)),
+        "teacher": cfg.teacher,
         "kd_data": cfg.kd_data,
         "pool_size": len(pool) if pool is not None else 0,
         "pool_batches": pool.num_batches if pool is not None else 0,

@@ -1,19 +1,25 @@
 """FedHydra's 2c/c notebook (``notebooks/two_classes_per_client.py``): Fig. 6b (the
 stratified weights Ū_r), Fig. 7 (accuracy over distillation epochs), Fig. 8 (the averaging vs
 the stratified-aggregation ensemble) and the Table 2 verdicts, from a
-:class:`~ofl_core.tables.Tables`."""
+:class:`~ofl_core.tables.Tables`; issue 20's stratification diagnostics and the teacher ×
+regime table (:mod:`ofl_core.fedhydra.teacher_regime`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
 
 from ..clients import build_from_upload
 from ..experiment import Setup
+from ..fedhydra import teacher_regime as tr
 from ..fedhydra.aggregation import SAEnsemble
-from ..fedhydra.stratification import block_structure, stratify
+from ..fedhydra.diagnostics import loss_curves_frame, own_class_ratios, stratification_frame
+from ..fedhydra.stratification import Stratification, block_structure, stratify
 from ..plots import plot_curves, plot_grouped_bars, plot_heatmap, save_figure
 from ..tables import Tables
 
@@ -122,5 +128,106 @@ def verdicts(tables: Tables, fig8: pd.DataFrame, sa_rescale: Sequence[bool]) -> 
     return summary
 
 
+def plot_stratification(curves: pd.DataFrame, frame: pd.DataFrame, title: str) -> Figure:
+    """Alg. 2's loss curves L_kj, one panel per client (log scale; solid = a class the client
+    holds, faint = the others), and Ū_c (classes × clients) beside them."""
+    m = int(curves.client.max()) + 1
+    fig, axes = plt.subplots(1, m + 1, figsize=(2.4 * (m + 1), 2.6))
+    for k, ax in enumerate(axes[:m]):
+        sub = curves[curves.client == k]
+        sns.lineplot(sub, x="step", y="loss", hue="class", style="owned", palette="tab10",
+                     style_order=[True, False], legend=k == 0, ax=ax)
+        ax.set_yscale("log")
+        ax.set_title(f"client {k}", fontsize=8)
+    if axes[0].get_legend() is not None:
+        sns.move_legend(axes[0], "upper left", fontsize=5, title_fontsize=6)
+    U_c = frame.pivot(index="class", columns="client", values="U_c")
+    sns.heatmap(U_c, annot=True, fmt=".2f", annot_kws={"fontsize": 5}, cbar=False,
+                ax=axes[m])
+    axes[m].set_title("Ū_c (classes × clients)", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | os.PathLike,
+                               title: str) -> pd.DataFrame | None:
+    """Issue 20: what model stratification (Alg. 2) measured on ``setup``'s clients, from the
+    first FedHydra run's loss curves: the curves and Ū_c (``fedhydra_stratification.png``), and
+    per client the Ū_c ratio between the classes it owns (Eq. 2's u grows like 1/min L, so
+    Ū_c can keep one own class and silence the other). Returns the (client, class) frame of
+    :func:`~ofl_core.fedhydra.diagnostics.stratification_frame` (None without FedHydra)."""
+    key = hydra_key(tables)
+    if key is None:
+        print("FedHydra did not run: no stratification")
+        return None
+    strat = Stratification.from_losses(tables.result(key).extras["strat_losses"])
+    counts = setup.partition.counts
+    frame = stratification_frame(strat, counts)
+    fig = plot_stratification(loss_curves_frame(strat, counts), frame, title)
+    save_figure(fig, figures_dir, "fedhydra_stratification")
+    ratios = own_class_ratios(frame)
+    print("Ū_c between each client's own classes (max / min; 1 = equal weight):")
+    print(ratios.round(3).to_string(index=False))
+    print("owner's share of Ū_r per class:", frame[frame.owned].groupby("class").U_r.sum()
+          .round(3).tolist())
+    return frame
+
+
+def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.PathLike,
+                          title: str) -> pd.DataFrame | None:
+    """Issue 20's teacher × regime table from the results file of
+    ``scripts/fedhydra_teacher_regime.py`` (default: the committed one): the table per setting
+    (mean ± std over seeds of the last and best accuracy), the teacher panel, the verdict
+    (non-diagnostic FedHydra variants vs DENSE on 2c/c) and ``teacher_regime_2cc.png``.
+    Returns the table (None when the file does not exist)."""
+    p = tr.RESULTS if path is None else path
+    if not os.path.exists(p):
+        print(f"no results at {p}: run scripts/fedhydra_teacher_regime.py")
+        return None
+    data = tr.load_results(p)
+    table = tr.summarise(data)
+    print("server:", data["server"])
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        print(table[["setting", "variant", "n", "last", "best"]].to_string(index=False))
+        print("teacher panel (no distillation; true_label_leaky uses the test labels):")
+        print(tr.panel_summary(data).to_string(index=False))
+    v = tr.verdict(data)
+    if not v.empty:
+        top = v.iloc[0]
+        print(f"{int(v.beats_dense.sum())}/{len(v)} FedHydra variants beat DENSE on 2c/c "
+              f"(mean last); best: {top.variant} {top['last']:.2f} vs DENSE "
+              f"{top.dense_last:.2f} over {top.n} seeds")
+    save_figure(plot_variant_bars(table[table.setting == "2c/c"], title), figures_dir,
+                "teacher_regime_2cc")
+    return table
+
+
+def plot_variant_bars(table: pd.DataFrame, title: str) -> Figure:
+    """Mean last accuracy ± std over seeds per variant (rows of :func:`summarise`), as
+    horizontal bars: DENSE dark, the paper preset red, diagnostics (the oracle) hatched; the
+    mean best accuracy as a tick."""
+    t = table.iloc[::-1]
+    fig, ax = plt.subplots(figsize=(6.5, 0.8 + 0.22 * len(t)))
+    colour = ["0.25" if v == tr.DENSE.label else "C3" if v == tr.PAPER.label else "C0"
+              for v in t.variant]
+    bars = ax.barh(t.variant, t.last_mean, xerr=t.last_std.fillna(0), color=colour,
+                   error_kw={"elinewidth": 0.6})
+    for b, diag in zip(bars, t.diagnostic, strict=True):
+        if diag:
+            b.set_hatch("//")
+    ax.plot(t.best_mean, t.variant, "k|", markersize=6, label="mean best")
+    ax.axvline(float(t[t.variant == tr.DENSE.label].last_mean.iloc[0]) if (
+        t.variant == tr.DENSE.label).any() else 0, color="0.25", lw=0.6, ls="--")
+    ax.tick_params(labelsize=6)
+    ax.set_xlabel("test accuracy (%), mean last ± std over seeds")
+    ax.legend(fontsize=6, loc="lower right")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 __all__ = ["fig6b_block_check", "fig7_curves", "fig8_ae_vs_sa", "hydra_key", "hydra_label",
+           "plot_stratification", "plot_variant_bars", "stratification_diagnostics",
+           "teacher_regime_report",
            "verdicts"]
