@@ -144,10 +144,12 @@ def resolve_workers(workers: int | str, device: str | torch.device, jobs: int,
     """How many worker processes to train clients in.
 
     ``"auto"``: on a multi-core CPU, one process per core when the total work (samples ×
-    epochs) is large enough to repay process start-up (about 3 s each); else 1.
+    epochs) is large enough to repay process start-up (about 3 s each); else 1. "Core" means
+    the threads torch was given (``OMP_NUM_THREADS``, ``torch.set_num_threads``), so a task
+    that a batch runner gave one thread trains in one process.
     """
     if workers == "auto":
-        cpus = os.cpu_count() or 1
+        cpus = min(os.cpu_count() or 1, torch.get_num_threads())
         if torch.device(device).type != "cpu" or cpus < 2 or jobs < 2 or work < 300_000:
             return 1
         return min(cpus, jobs)
