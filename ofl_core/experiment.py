@@ -116,6 +116,7 @@ class ExperimentConfig:
             d.pop(k)
         if d["archs"] is None:  # homogeneous: the same hash as before ``archs`` existed
             d.pop("archs")
+        d["local"] = self.local.key_fields()  # likewise for shared-init clients
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -285,6 +286,7 @@ def configure_methods(
     presets: Sequence[str] = ("paper",),
     common: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    method_presets: Mapping[str, Sequence[str]] | None = None,
 ) -> list[tuple[str, Any]]:
     """(name, config) pairs for every method × preset, as notebooks take them from parameters.
 
@@ -294,9 +296,11 @@ def configure_methods(
     old ``g_steps``) is an error naming the selected methods and their fields; a key that only
     unselected methods have is a setting this run does not use (grids select subsets of a
     notebook's methods). ``overrides[name]`` fields apply to that method only (unknown fields
-    there are an error).
+    there are an error). ``method_presets[name]``: that method's presets instead of
+    ``presets`` (repeats dropped), e.g. FedAvg under both presets beside methods run under the
+    paper's only, on the same clients.
     """
-    unknown = sorted(set(names) - set(METHODS))
+    unknown = sorted((set(names) | set(method_presets or {})) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
     common = {k: v for k, v in (common or {}).items() if v is not None}
@@ -307,7 +311,7 @@ def configure_methods(
                          f"methods {list(names)} have: {mine}")
     out = []
     for name in names:
-        for preset in presets:
+        for preset in dict.fromkeys((method_presets or {}).get(name, presets)):
             upd = {k: v for k, v in common.items() if k in _fields(name)}
             cfg = method_config(name, preset, **{**upd, **(overrides or {}).get(name, {})})
             out.append((name, cfg))
