@@ -32,6 +32,9 @@ launcher: ``run_public.py --workdir DIR --threads N -- <loop_df_fl.py arguments>
     python scripts/compare_dense_public.py run --beta 0.1 --teachers T.pkl --public-dir D \\
         --sides public ofl --seeds 1 2 3 [--epochs 30 --batch-size 128 --g-steps 30]
     python scripts/compare_dense_public.py table [--out results/dense_public]
+
+Run it from the checkout with ``PYTHONPATH=.``, so that this checkout's ``ofl_core`` is the one
+imported (rows record its commit and path).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import ofl_core
 from ofl_core.clients import ClientUpload, init_model
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
@@ -64,7 +68,7 @@ from ofl_core.methods.dense import DenseConfig
 #: conv 5×5 → BN → ReLU → max-pool twice, then the linear layer)
 KEY_MAP = {"layer1.0.": "conv.0.", "layer1.1.": "conv.1.", "layer2.0.": "conv.4.",
            "layer2.1.": "conv.5.", "fc.": "fc."}
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(ofl_core.__file__).resolve().parents[1]  # the checkout actually imported
 EVAL_BATCH = 256  # the public code's test batch
 
 
@@ -230,7 +234,7 @@ def run_ofl(args: argparse.Namespace, seed: int, ds: ImageDataset,
     res = run_method("dense", uploads, cfg, ctx)
     return {"curve": res.curve, "time_s": round(time.perf_counter() - t0, 1),
             "config": asdict(cfg), "overrides": overrides,
-            "ofl_commit": git_commit()}
+            "ofl_commit": git_commit(), "ofl_core": str(REPO)}
 
 
 def git_commit() -> str:
