@@ -30,6 +30,16 @@ from ..upload_cache import file_lock, payload_key
 CHECKPOINT_FORMAT = 1
 
 
+class BadFile(ValueError):
+    """A checkpoint file that is whole but not a valid checkpoint of this key."""
+
+
+def unreadable(e: Exception) -> str:
+    """A short reason for a file torch cannot load (its error's first sentence)."""
+    first = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]
+    return f"unreadable ({type(e).__name__}{': ' + first if first else ''})"
+
+
 class CheckpointFile:
     """The checkpoint of one key: ``payload`` (a JSON-able dict) names everything that
     determines the run, hashed into the file name and stored in full inside the file."""
@@ -50,29 +60,29 @@ class CheckpointFile:
             try:
                 return self.unpack(torch.load(self.path, map_location="cpu", weights_only=True))
             except Exception as e:  # noqa: BLE001 - any unreadable file means: start over
-                self.discard(str(e) if isinstance(e, ValueError) else
-                             f"unreadable ({type(e).__name__}: {e})")
+                self.discard(str(e) if isinstance(e, BadFile) else unreadable(e))
                 return None
 
     def unpack(self, obj: object) -> tuple[int, dict[str, Any]]:
-        """Check the outer record and the checksum, then load the state (ValueError if bad)."""
+        """Check the outer record and the checksum, then load the state (:class:`BadFile`
+        if it is not this key's checkpoint)."""
         if not isinstance(obj, dict) or set(obj) != {"format", "meta", "epoch", "sha256",
                                                      "state"}:
-            raise ValueError("not a server checkpoint")
+            raise BadFile("not a server checkpoint")
         if obj["format"] != CHECKPOINT_FORMAT:
-            raise ValueError(f"of format {obj['format']!r}, not {CHECKPOINT_FORMAT}")
+            raise BadFile(f"of format {obj['format']!r}, not {CHECKPOINT_FORMAT}")
         if obj["meta"] != self.meta:
-            raise ValueError("for another key (its metadata does not match)")
+            raise BadFile("for another key (its metadata does not match)")
         blob = obj["state"]
         if not (isinstance(blob, torch.Tensor) and blob.dtype == torch.uint8 and blob.dim() == 1):
-            raise ValueError("not a server checkpoint (no state bytes)")
+            raise BadFile("not a server checkpoint (no state bytes)")
         data = blob.numpy()
         if hashlib.sha256(data).hexdigest() != obj["sha256"]:
-            raise ValueError("corrupt (its checksum does not match)")
+            raise BadFile("corrupt (its checksum does not match)")
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         epoch = obj["epoch"]
         if not isinstance(state, dict) or not isinstance(epoch, int) or epoch < 1:
-            raise ValueError("not a server checkpoint (no state or epoch)")
+            raise BadFile("not a server checkpoint (no state or epoch)")
         return epoch, state
 
     def write(self, epoch: int, state: dict[str, Any]) -> bool:
@@ -90,7 +100,8 @@ class CheckpointFile:
                 torch.save(record, tmp)
                 os.replace(tmp, self.path)
         except (OSError, RuntimeError) as e:  # torch.save wraps some OS errors
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # e.g. the cache "folder" is a file
+                tmp.unlink(missing_ok=True)
             warnings.warn(f"could not write the server checkpoint {self.path} ({e}); the run "
                           "goes on without it", stacklevel=3)
             return False
