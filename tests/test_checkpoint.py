@@ -294,9 +294,11 @@ def test_another_run_never_resumes_from_a_checkpoint(two_per_client, tmp_path, r
     assert saved_epoch(path) == 2 and len(checkpoints(tmp_path)) == 2  # both kept
 
 
-def test_what_the_key_covers(two_per_client) -> None:
-    """Every input that changes a result changes the key; how the run is shown, where it is
-    kept and how often it is checkpointed do not."""
+def test_what_the_key_covers(two_per_client, monkeypatch) -> None:
+    """Every input that changes a result changes the key (the library's code too); how the
+    run is shown, where it is kept and how often it is checkpointed do not."""
+    from ofl_core.checkpoint import key as key_module
+
     uploads, ctx = two_per_client
     cfg = DENSE[1]
 
@@ -310,9 +312,11 @@ def test_what_the_key_covers(two_per_client) -> None:
                 key(ctx=dataclasses.replace(ctx, eval_key="t")),
                 key(ctx=dataclasses.replace(ctx, evaluate=None)),
                 key(student={"w": torch.zeros(2)}), key(student={"w": torch.ones(2)})]
-    assert len({base, *variants}) == 1 + len(variants)
     assert key(ctx=dataclasses.replace(ctx, progress=True, checkpoint_every=7,
                                        cache_dir="/elsewhere", evaluate=lambda m: 0.0)) == base
+    monkeypatch.setattr(key_module, "library_digest", lambda: "edited code")
+    variants.append(key())
+    assert len({base, *variants}) == 1 + len(variants)
 
 
 def test_checkpointing_off_and_failed_writes(two_per_client, tmp_path) -> None:

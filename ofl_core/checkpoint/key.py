@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,12 +52,25 @@ def digest(value: Any) -> str | None:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
+def library_digest() -> str:
+    """A hash of the library's source (every ``ofl_core/**/*.py``, read once per process): a
+    checkpoint written by other code is never resumed, since a changed loss or loop changes
+    the result."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def server_payload(ctx: ServerContext, method: str, uploads: Sequence[Any], cfg: Any,
                    inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Everything that determines a server run's result: the method, its whole config, the
     uploads' contents, other inputs (an initial student, a given stratification, the training
     data of a FedCVAE stage; hashed), the seed, the task's shape, the device type, what
-    ``ctx.evaluate`` measures (``ctx.eval_key``) and the torch version."""
+    ``ctx.evaluate`` measures (``ctx.eval_key``), the torch version and the library's
+    source (:func:`library_digest`)."""
     return {
         "method": method,
         "config": dataclasses.asdict(cfg),
@@ -66,7 +81,8 @@ def server_payload(ctx: ServerContext, method: str, uploads: Sequence[Any], cfg:
         "device": torch.device(ctx.device).type,
         "evaluate": ctx.eval_key if ctx.evaluate is not None else None,
         "torch": torch.__version__,
+        "code": library_digest(),
     }
 
 
-__all__ = ["digest", "server_payload"]
+__all__ = ["digest", "library_digest", "server_payload"]
