@@ -392,6 +392,7 @@ def test_a_killed_process_resumes(tmp_path) -> None:
     and ends bit-identical to an uninterrupted run."""
     cache = tmp_path / "cache"
     killed = worker(tmp_path, str(tmp_path / "killed.pt"), str(cache))
+    ref = worker(tmp_path, str(tmp_path / "ref.pt"))  # uninterrupted, without checkpoints
     deadline = time.monotonic() + 120
     seen = 0
     while seen < 3 and killed.poll() is None and time.monotonic() < deadline:
@@ -405,7 +406,6 @@ def test_a_killed_process_resumes(tmp_path) -> None:
     log = killed.communicate(timeout=60)[0]
     assert killed.returncode == -signal.SIGKILL, log
     assert 3 <= seen < 12 and not (tmp_path / "killed.pt").exists()
-    ref = worker(tmp_path, str(tmp_path / "ref.pt"))
     resumed = worker(tmp_path, str(tmp_path / "resumed.pt"), str(cache))
     ref_log, log = ref.communicate(timeout=300)[0], resumed.communicate(timeout=300)[0]
     assert ref.returncode == 0 and resumed.returncode == 0, ref_log + log
