@@ -111,7 +111,8 @@ class CheckpointFile:
         """Warn that the checkpoint is ``problem`` and remove it (where the cache is writable);
         the run starts over."""
         try:
-            self.path.unlink(missing_ok=True)
+            with self.lock():  # re-entrant: read() holds it already
+                self.path.unlink(missing_ok=True)
             done = "removed"
         except OSError as e:
             done = f"not removed ({e.strerror or e})"

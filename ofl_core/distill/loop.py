@@ -139,8 +139,8 @@ class DistillRun:
         loop-carried values; :mod:`ofl_core.checkpoint.state`), beside the student, the RNGs
         and the curve; with a checkpoint, the loop first resumes from it (skipping the epochs
         it had done)."""
-        pieces = {"student": self.student, "rng": RNG(self.rng), "torch_rng":
-                  GlobalRNG(self.device), "curve": self.tracker, **(state or {})}
+        pieces = {"student": self.student, "rng": RNG(self.rng),
+                  "torch_rng": GlobalRNG(self.device), "curve": self.tracker, **(state or {})}
         ckpt = self.checkpoint
         start = ckpt.resume(pieces) if ckpt is not None else 0
         bar = progress_bar(range(start, self.epochs_total), desc=self.name, show=self.progress,
