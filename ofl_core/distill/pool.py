@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -114,6 +114,28 @@ class ImagePool:
 
     def num_steps(self, batch_size: int) -> int:
         return math.ceil(self._n / batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pool for a checkpoint: its images (a copy without the spare capacity), labels
+        and batch count."""
+        return {"images": self.stored().clone() if self._buf is not None else None,
+                "labels": torch.cat(self._labels) if self._labels else None,
+                "num_batches": self.num_batches, "uint8": self.uint8}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the pool's content by a :meth:`state_dict` (on this pool's device)."""
+        images, labels = state["images"], state["labels"]
+        dtype = torch.uint8 if self.uint8 else torch.float32
+        if state["uint8"] != self.uint8 or (images is not None and images.dtype != dtype):
+            raise ValueError(f"ImagePool: a {'uint8' if state['uint8'] else 'float'} pool's "
+                             f"state for a {'uint8' if self.uint8 else 'float'} pool")
+        n = 0 if images is None else len(images)
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"ImagePool: {len(labels)} labels for {n} images")
+        dev = self.device if self.device is not None else "cpu"
+        self._buf = images.to(dev) if images is not None else None
+        self._labels = [labels.to(dev)] if labels is not None else []
+        self._n, self.num_batches = n, int(state["num_batches"])
 
 
 def augment_batch(x: torch.Tensor, mode: str, generator: torch.Generator | None = None,

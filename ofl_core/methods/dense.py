@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint import Attrs
 from ..clients import ClientUpload
 from ..distill.combiners import (
     WEIGHTED,
@@ -28,9 +29,9 @@ from ..distill.combiners import (
 )
 from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import (
+    GeneratorOptimizer,
     build_generator,
     generator_forward,
-    generator_optimizer,
     sample_latents,
 )
 from ..distill.kernels import autocast_context
@@ -307,7 +308,8 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
     With a weighted ``teacher``: an optional precomputed FedHydra :class:`Stratification`
     (else it is computed first) or explicit teacher weights (required by the diagnostic
     ``"oracle"``)."""
-    run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state)
+    run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state,
+                    inputs={"stratification": stratification, "teacher_weights": teacher_weights})
     rng, dev = run_.rng, run_.device
     weights = dense_teacher_weights(run_, cfg, ctx, len(uploads), stratification,
                                     teacher_weights)
@@ -318,10 +320,12 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
     distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels,
                                weights)
     log = DenseLog()
-    opt_g: torch.optim.Optimizer | None = None
-    for epoch in run_.epochs():  # Alg. 1 line 5: for T epochs
+    g_opt = GeneratorOptimizer(gen, cfg)
+    state = {"generator": gen, "opt_g": g_opt, "opt_s": distiller.opt,
+             "log": Attrs.of(log, dev), **({"pool": pool} if pool is not None else {})}
+    for epoch in run_.epochs(state):  # Alg. 1 line 5: for T epochs
         t0 = time.perf_counter()
-        opt_g = generator_optimizer(gen, opt_g, cfg, rng, epoch)
+        opt_g = g_opt.for_epoch(rng, epoch)
         z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
         best_x = generation_stage(synth, z, y, opt_g, cfg, epoch, log, pool is not None)
         t1 = time.perf_counter()
