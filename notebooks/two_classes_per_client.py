@@ -77,6 +77,7 @@ teacher_regime_full_results: Optional[str] = None
 # %%
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
+from ofl_core.fedhydra.teacher_regime import RESULTS_FULL
 from ofl_core.plots import save_paper_vs_ours
 from ofl_core.results import record
 from ofl_core.sections import two_classes_per_client as section
@@ -189,13 +190,8 @@ summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods els
 # loop. The teacher panel shows why: label-free, SA as written (23.8 %) is below DENSE's mean of
 # logits (32.7 %); without Ū_c it reaches 49.0 %. With `teacher_regime_results` pointing at
 # another file, the printed tables below are that file's, not these numbers.
-
-# %%
-teacher_regime = section.teacher_regime_report(
-    teacher_regime_results, figures_dir, f"2c/c, {dataset}: teacher / regime (mean of seeds)")
-
-# %% [markdown]
-# ## The same check at the paper's scale: full FashionMNIST 2c/c (issue 20)
+#
+# **The same check at the paper's scale: full FashionMNIST 2c/c** (the second table below).
 # Before concluding on Table 2, issue 20 asks for the best combination and the paper preset at
 # the paper's sizes: `scripts/fedhydra_teacher_regime.py --scale paper` runs DENSE, the paper
 # preset and `sa_no_uc / pool` (in FedHydra's loop and in DENSE's) on full FashionMNIST 2c/c
@@ -205,11 +201,11 @@ teacher_regime = section.teacher_regime_report(
 # committed run (seed 1, 10 server epochs) agrees with the quick tables: SA as written is below
 # the mean of logits and equals the oracle × Ū_c, the paper preset ends far below DENSE, and
 # `sa_no_uc / pool` beats DENSE (docs/decisions.md, "The paper-scale run"). Without the
-# results file this cell says that it is missing.
+# results file the cell says that it is missing.
 
 # %%
-from ofl_core.fedhydra.teacher_regime import RESULTS_FULL
-
+teacher_regime = section.teacher_regime_report(
+    teacher_regime_results, figures_dir, f"2c/c, {dataset}: teacher / regime (mean of seeds)")
 teacher_regime_full = section.teacher_regime_report(
     teacher_regime_full_results, figures_dir,
     "2c/c, full FashionMNIST, paper sizes: teacher / regime", name="teacher_regime_2cc_full",
