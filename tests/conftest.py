@@ -8,13 +8,16 @@ folder is the controller's, so every worker and notebook kernel shares it."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+#: the client cache folder this process made (and removes at the end), if any
+OWN_CACHE = None
 if "OFL_CACHE_DIR" not in os.environ:  # set by the controller, before it starts the workers
-    os.environ["OFL_CACHE_DIR"] = tempfile.mkdtemp(prefix="ofl-test-cache-")
+    os.environ["OFL_CACHE_DIR"] = OWN_CACHE = tempfile.mkdtemp(prefix="ofl-test-cache-")
 
 #: intra-op threads of this process: the cores shared among the xdist workers, at most 2
 THREADS = max(1, min(2, (os.cpu_count() or 1)
@@ -71,6 +74,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return xdist_group(nodeid)
 
     return GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if OWN_CACHE is not None:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
