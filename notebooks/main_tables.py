@@ -68,14 +68,18 @@ figures_dir: str = "../figures/main_tables"
 # method on them; the same records are labelled for DENSE T1, FedHydra T1 and FedHydra T12
 # (OT fusion's table: MNIST/CIFAR10 cells only). The server sizes (`server_epochs`,
 # `steps_per_epoch`, `batch_size`, FedHydra's stratification steps) apply to every data-free
-# method; `None` keeps each method's paper default; `methods = []` skips this part.
+# method; `None` keeps each method's paper default; `methods = []` skips this part. FedAvg also
+# runs under `baseline_presets` there, on the same clients: `paper` = weighted by n_k (DENSE
+# Eq. 2), `authors_code` = DENSE's code's unweighted mean.
 # FedCVAE Table 1 has its own partition scheme (`dirichlet_fedcvae`; MNIST/FMNIST at 32 px, 50 %
 # subset) and clients: FedCVAE-Ens/-KD train CVAEs (`cvae_epochs`) and upload decoders and label
 # counts; FedCVAE's FedAvg/FedOneShot train McMahan CNNs (`baseline_local_epochs`). As in the
 # paper, one partition (`fedcvae_partition_seed` = 1693) and the model seed varies. The
 # baselines run under both presets (`baseline_presets`): `paper` = the text (ReLU after the CNN's
-# convolutions, mean softmax), `authors_code` = FedCVAE's code (no conv activation, hard vote),
-# both with FedAvg weighted by n_k as FedCVAE's code does.
+# convolutions, mean softmax, one shared initialisation), `authors_code` = FedCVAE's code (no
+# conv activation, hard vote with ties to the lowest class, each FedOneShot client initialised
+# on its own), both with FedAvg weighted by n_k as FedCVAE's code does. Records and tables name
+# the preset.
 
 # %%
 from ofl_core.clients import LocalTrainConfig
@@ -92,7 +96,8 @@ server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
                              num_clients=num_clients, seed=s, **common,
                              local=LocalTrainConfig(arch=arch, epochs=local_epochs)),
-            tuple(configure_methods(methods, presets, common=server)),
+            tuple(configure_methods(methods, presets, common=server,
+                                    method_presets={"fedavg": [*presets, *baseline_presets]})),
             (Serves("dense", "T1"), Serves("fedhydra", "T1", paper_methods("fedhydra", "T1")),
              Serves("fedhydra", "T12", paper_methods("fedhydra", "T12"))))
         for a in alphas for s in seeds if methods]
@@ -104,7 +109,7 @@ fedcvae_server = server_settings(dataset=fedcvae_dataset, num_samples=num_sample
 fedcvae_methods_configured = configure_methods(
     [m for m in fedcvae_methods if m.startswith("fedcvae")], presets, common=fedcvae_server)
 fedcvae_methods_configured += configure_methods(
-    [m for m in fedcvae_methods if not m.startswith("fedcvae")], baseline_presets,
+    [m for m in fedcvae_methods if not m.startswith("fedcvae")], [*presets, *baseline_presets],
     common=fedcvae_server, overrides={"fedavg": {"weighted": True}})
 runs += [r for a in fedcvae_alphas for s in seeds for r in fedcvae_runs(
     ExperimentConfig(dataset=fedcvae_dataset, partition="dirichlet_fedcvae", alpha=a,

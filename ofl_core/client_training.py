@@ -75,7 +75,8 @@ def _train_classifier(job: ClientJob) -> State:
     return train_local(job.x, job.y, job.cfg, job.num_classes,
                        client_seed(job.seed, job.client_id), job.device,
                        init_state=job.init_state, progress=job.progress,
-                       desc=f"client {job.client_id}", init_from=job.seed)
+                       desc=f"client {job.client_id}", init_from=job.seed,
+                       client_id=job.client_id)
 
 
 def _classifier_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,

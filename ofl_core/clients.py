@@ -25,7 +25,7 @@ from .models.cvae import CVAE_VARIANTS, build_decoder
 from .precision import resolve_amp
 from .presets import check_preset
 from .progress import progress_bar
-from .seeds import init_seed
+from .seeds import classifier_init_seed
 from .validation import COUNT, NONNEG, POSITIVE, check_config
 
 
@@ -37,6 +37,14 @@ class LocalTrainConfig:
     throughout. ``loss="ldam"`` is DENSE+LDAM (margins ∝ n_j^(−1/4), max 0.5, scale 30).
     ⚑ ``bn_eval_after_first_epoch``: DENSE's code leaves BN models in eval mode after the first
     epoch (``preset="authors_code"`` sets it, and 400 local epochs).
+
+    ``shared_init``: every client of an architecture starts from the same weights (the model
+    the server sends; FedAvg's parameter average needs it; DENSE's code deep-copies its global
+    model into each client). False: each client draws its own initial weights
+    (:func:`~ofl_core.seeds.classifier_init_seed`) — ⚑ FedCVAE's code's FedOneShot
+    (:func:`ofl_core.fedcvae.clients.baseline_local_config`). A cache key and an experiment hash
+    name the field only when it is False, so the shared-init entries made before it existed stay
+    valid (:meth:`key_fields`).
 
     Speed options, as the server methods have them: ``channels_last`` (convolutions on
     channels-last tensors; "auto" = on the CPU, where it is ~1.4× faster; float32 all the same,
@@ -58,6 +66,7 @@ class LocalTrainConfig:
     augment: Literal["none", "crop_flip", "flip"] = "none"
     bn_eval_after_first_epoch: bool = False
     model_kwargs: tuple[tuple[str, object], ...] = ()
+    shared_init: bool = True
     channels_last: bool | Literal["auto"] = "auto"
     amp: bool | Literal["auto"] = "auto"
     preset: str = "paper"
@@ -77,6 +86,14 @@ class LocalTrainConfig:
         if preset == "authors_code":
             base = replace(base, epochs=400, bn_eval_after_first_epoch=True)
         return replace(base, **overrides)
+
+    def key_fields(self) -> dict:
+        """The fields as a dict for cache keys and hashes; ``shared_init`` only when False
+        (the keys of shared-init clients are those from before the field existed)."""
+        d = asdict(self)
+        if d["shared_init"]:
+            d.pop("shared_init")
+        return d
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,13 +291,17 @@ def train_local(
     progress: bool = True,
     desc: str = "client",
     init_from: int = 0,
+    client_id: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Train one client's model on its data (uint8 images ``x``, labels ``y``); return its
     state_dict on the CPU. Data stays a device tensor, shuffled by a generator seeded ``seed``;
-    initial weights come from the experiment seed ``init_from`` (common to all clients)."""
+    initial weights come from the experiment seed ``init_from`` — common to all clients, or
+    client ``client_id``'s own with ``cfg.shared_init=False``
+    (:func:`~ofl_core.seeds.classifier_init_seed`)."""
     dev = torch.device(device)
     model = init_model(cfg.arch, num_classes, int(x.shape[1]), int(x.shape[-1]),
-                       init_seed(init_from, cfg.arch), **dict(cfg.model_kwargs))
+                       classifier_init_seed(init_from, client_id, cfg),
+                       **dict(cfg.model_kwargs))
     if init_state is not None:
         model.load_state_dict(init_state)
     model.to(dev).train()
@@ -335,8 +356,8 @@ def train_key_payload(
         "data": dataset.fingerprint(),
         "partition": partition.fingerprint(),
         "client_id": int(client_id),
-        "train": asdict(cfg),
+        "train": cfg.key_fields(),
         "seed": int(seed),
         "init": init_state_hash,
-        "init_scheme": "shared-per-arch",
+        "init_scheme": "shared-per-arch" if cfg.shared_init else "per-client",
     }

@@ -11,17 +11,20 @@ decoders); :meth:`Setup.record` the one place a result becomes a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from . import __version__
+from .checkpoint import digest
 from .client_training import train_clients
 from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
@@ -53,7 +56,10 @@ class ExperimentConfig:
     ``archs``: one architecture per client (heterogeneous models; each client trains ``local``
     with its own ``arch``); None = every client uses ``local.arch``.
     FedCVAE's decoder clients are set up by passing their ``CVAETrainConfig`` to
-    :func:`setup_experiment` (``clients=``).
+    :func:`setup_experiment` (``clients=``). ``checkpoint_every``: the servers write a
+    checkpoint to the client cache's folder (``<cache>/servers``) after every so many epochs
+    and resume from it when run again (0 = off; :mod:`ofl_core.checkpoint`); like the cache
+    folder, it never changes a result.
     """
 
     dataset: str = "fmnist_embedded"
@@ -75,13 +81,14 @@ class ExperimentConfig:
     table: str = ""
     setting: str = ""
     progress: bool = True
+    checkpoint_every: int = 5
 
     def __post_init__(self) -> None:
         if self.archs is not None and not isinstance(self.archs, str):
             object.__setattr__(self, "archs", tuple(self.archs))
         check_config(self, {"num_clients": COUNT, "seed": NONNEG, "workers": COUNT,
                             "subset": within(0, 1, low_open=True), "classes_per_client": COUNT,
-                            "resize": COUNT})
+                            "resize": COUNT, "checkpoint_every": NONNEG})
         check_device(self.device, "ExperimentConfig.device")
         if self.partition not in SCHEMES:
             raise ValueError(
@@ -112,10 +119,11 @@ class ExperimentConfig:
         d = dataclasses.asdict(self)
         # what the experiment computes, not where or how it runs nor how its records are labelled
         for k in ("device", "workers", "progress", "cache_dir", "data_root", "experiment",
-                  "paper", "table", "setting"):
+                  "paper", "table", "setting", "checkpoint_every"):
             d.pop(k)
         if d["archs"] is None:  # homogeneous: the same hash as before ``archs`` existed
             d.pop("archs")
+        d["local"] = self.local.key_fields()  # likewise for shared-init clients
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -145,8 +153,20 @@ class Setup:
         return ServerContext(
             num_classes=ds.num_classes, in_channels=ds.channels, image_size=ds.image_size,
             seed=self.cfg.seed if seed is None else seed, device=self.device,
-            evaluate=evaluate, progress=self.cfg.progress,
+            evaluate=evaluate, progress=self.cfg.progress, cache_dir=self.cache_root,
+            checkpoint_every=self.cfg.checkpoint_every, eval_key=self.eval_key,
         )
+
+    @functools.cached_property
+    def cache_root(self) -> Path:
+        """The client cache's folder (server checkpoints go to its ``servers`` folder)."""
+        return UploadCache(self.cfg.cache_dir).root
+
+    @functools.cached_property
+    def eval_key(self) -> str:
+        """What the contexts' ``evaluate`` measures: the test set's name and content hash."""
+        ds = self.dataset
+        return f"{ds.name}:{digest((ds.x_test, ds.y_test))}"
 
     def record(
         self, method: str, config: Any, last_acc: float, best_acc: float, *,
@@ -285,6 +305,7 @@ def configure_methods(
     presets: Sequence[str] = ("paper",),
     common: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    method_presets: Mapping[str, Sequence[str]] | None = None,
 ) -> list[tuple[str, Any]]:
     """(name, config) pairs for every method × preset, as notebooks take them from parameters.
 
@@ -294,9 +315,11 @@ def configure_methods(
     old ``g_steps``) is an error naming the selected methods and their fields; a key that only
     unselected methods have is a setting this run does not use (grids select subsets of a
     notebook's methods). ``overrides[name]`` fields apply to that method only (unknown fields
-    there are an error).
+    there are an error). ``method_presets[name]``: that method's presets instead of
+    ``presets`` (repeats dropped), e.g. FedAvg under both presets beside methods run under the
+    paper's only, on the same clients.
     """
-    unknown = sorted(set(names) - set(METHODS))
+    unknown = sorted((set(names) | set(method_presets or {})) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(METHODS)}")
     common = {k: v for k, v in (common or {}).items() if v is not None}
@@ -307,7 +330,7 @@ def configure_methods(
                          f"methods {list(names)} have: {mine}")
     out = []
     for name in names:
-        for preset in presets:
+        for preset in dict.fromkeys((method_presets or {}).get(name, presets)):
             upd = {k: v for k, v in common.items() if k in _fields(name)}
             cfg = method_config(name, preset, **{**upd, **(overrides or {}).get(name, {})})
             out.append((name, cfg))

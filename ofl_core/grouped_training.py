@@ -41,10 +41,12 @@ _GROUPABLE = (CNNMnist, CNNCifar)
 
 
 def groupable(cfg: LocalTrainConfig, n_clients: int) -> bool:
-    """Whether :func:`train_grouped` can train these clients (else train one at a time)."""
+    """Whether :func:`train_grouped` can train these clients (else train one at a time): SGD
+    clients of a groupable CNN sharing one initialisation (``cfg.shared_init``)."""
     probe = init_model(cfg.arch, 10, 1 if cfg.arch == "cnn_mnist" else 3,
                        28 if cfg.arch == "cnn_mnist" else 32, 0, **dict(cfg.model_kwargs))
-    return n_clients >= 2 and type(probe) in _GROUPABLE and cfg.optimizer == "sgd"
+    return (n_clients >= 2 and type(probe) in _GROUPABLE and cfg.optimizer == "sgd"
+            and cfg.shared_init)
 
 
 class GroupedBatchNorm(nn.BatchNorm2d):
@@ -250,6 +252,9 @@ def train_grouped(
     """Train clients ``data = [(x_k, y_k, seed_k), ...]`` (uint8 images, labels, data-order
     seed) of one architecture at once; the same result as ``train_local`` on each, up to float
     rounding. ``on_done(k, state)`` is called as each client finishes (e.g. to cache it)."""
+    if not cfg.shared_init:
+        raise ValueError("train_grouped starts every client from one shared initialisation; "
+                         "train per-client-init clients one at a time (train_local)")
     dev = torch.device(device)
     x0 = data[0][0]
     template = init_model(cfg.arch, num_classes, int(x0.shape[1]), int(x0.shape[-1]),

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .checkpoint import digest
 from .client_training import train_clients
 from .clients import ClientUpload, LocalTrainConfig, init_model
 from .data.datasets import ImageDataset
@@ -133,6 +134,7 @@ def run_rounds(
     first_uploads: list[ClientUpload] | None = None,
     first_accuracies: tuple[Sequence[float], float] | None = None,
     method: str = "server",
+    checkpoint_every: int = 5,
 ) -> MultiRoundResult:
     """Run ``rounds`` rounds: clients train from the current global model
     (``train_clients(..., init_state=global_state)``), then ``server`` builds the next one.
@@ -142,7 +144,8 @@ def run_rounds(
     ``first_accuracies`` = (their test accuracies, their mean-logit ensemble's) when known
     (``Setup.client_accs``, ``Setup.ensemble_acc``), else they are measured. Round r's
     server gets seed ``derive_seed(seed, "round", r)`` and the previous global state (None in
-    round 1). Homogeneous clients only (``ValueError`` otherwise).
+    round 1). Homogeneous clients only (``ValueError`` otherwise). With a ``cache``, each
+    round's server checkpoints to it every ``checkpoint_every`` epochs (0 = off).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be ≥ 1 (got {rounds})")
@@ -152,6 +155,8 @@ def run_rounds(
 
     def evaluate(mdl: nn.Module) -> float:
         return accuracy(mdl, dataset.x_test, dataset.y_test, device=device)
+
+    eval_key = f"{dataset.name}:{digest((dataset.x_test, dataset.y_test))}"
 
     out: list[RoundResult] = []
     results: list[ServerResult] = []
@@ -171,7 +176,9 @@ def run_rounds(
             client_accs, ens_acc = client_accuracies(uploads, dataset, device)
         ctx = ServerContext(num_classes=dataset.num_classes, in_channels=dataset.channels,
                             image_size=dataset.image_size, seed=derive_seed(seed, "round", r),
-                            device=device, evaluate=evaluate, progress=progress)
+                            device=device, evaluate=evaluate, progress=progress,
+                            cache_dir=cache.root if cache is not None else None,
+                            checkpoint_every=checkpoint_every, eval_key=eval_key)
         res = server(uploads, ctx, global_state)
         model = res.model
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -214,6 +221,7 @@ def run_multi_round_methods(
         res = run_rounds(setup.dataset, setup.partition, local,
                          server_for(name, mcfg, warm_start), rounds, cfg.seed,
                          cache=UploadCache(cfg.cache_dir), device=setup.device,
+                         checkpoint_every=getattr(cfg, "checkpoint_every", 5),
                          workers=cfg.workers, progress=cfg.progress,
                          first_uploads=setup.uploads,
                          first_accuracies=(setup.client_accs, setup.ensemble_acc), method=name)

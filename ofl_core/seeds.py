@@ -2,8 +2,8 @@
 
 Each function maps an experiment seed (plus tags) to an independent, reproducible seed through
 ``numpy.random.SeedSequence``; none touches a global RNG. The numeric stream tags (10**6,
-2·10**6, 3·10**6, 7000 + tag) keep the streams apart and are part of the cached clients' and
-the records' identity: changing one changes results.
+2·10**6, 3·10**6, 4·10**6, 7000 + tag) keep the streams apart and are part of the cached
+clients' and the records' identity: changing one changes results.
 """
 
 from __future__ import annotations
@@ -33,6 +33,21 @@ def init_seed(seed: int, arch: str) -> int:
     return int(np.random.SeedSequence([int(seed), 10**6, _tag_int(arch)]).generate_state(1)[0])
 
 
+def classifier_init_seed(seed: int, client_id: int, cfg: Any) -> int:
+    """Seed of a classifier client's initial weights (``cfg``: a ``LocalTrainConfig``).
+
+    ``cfg.shared_init`` (the default): :func:`init_seed`, one init per architecture for every
+    client. Otherwise one init per client (⚑ FedCVAE's code's FedOneShot: each ``User`` builds
+    its own ``Classifier`` from the global RNG seeded ``--seed``, ``users/user.py`` l. 17; ours
+    come from independent per-client streams of ``seed``, the same distribution but not the
+    code's numbers).
+    """
+    if cfg.shared_init:
+        return init_seed(seed, cfg.arch)
+    stream = [int(seed), 4 * 10**6, int(client_id)]
+    return int(np.random.SeedSequence(stream).generate_state(1)[0])
+
+
 def cvae_init_seed(seed: int, client_id: int, cfg: Any) -> int:
     """Seed of a FedCVAE client's initial CVAE weights (``cfg``: a ``CVAETrainConfig``): per
     client, or per variant with ``cfg.shared_init``."""
@@ -52,4 +67,5 @@ def derive_seed(seed: int, *tags: int | str) -> int:
     return int(np.random.SeedSequence(ints).generate_state(2, dtype=np.uint64)[0] >> 1)
 
 
-__all__ = ["client_seed", "cvae_init_seed", "derive_seed", "fedcvae_server_seed", "init_seed"]
+__all__ = ["classifier_init_seed", "client_seed", "cvae_init_seed", "derive_seed",
+           "fedcvae_server_seed", "init_seed"]

@@ -183,7 +183,7 @@ class UploadCache:
         paths = sorted({self.root / f"{payload_key(p)}.lock" for p in payloads})
         with contextlib.ExitStack() as stack:
             for p in paths:
-                stack.enter_context(_file_lock(p))
+                stack.enter_context(file_lock(p))
             yield
 
 
@@ -210,8 +210,9 @@ _warned_no_lock = False
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Hold ``path``'s exclusive lock: one :class:`filelock.FileLock` per path and process
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold ``path``'s exclusive lock (a cache entry's, or a server checkpoint's:
+    :mod:`ofl_core.checkpoint`): one :class:`filelock.FileLock` per path and process
     (``is_singleton``: re-entrant in a thread through any :class:`UploadCache` on the same root;
     thread-local, so other threads of this process wait like other processes do). Where the
     filesystem has no locks, warn once and go on without it."""
@@ -227,8 +228,9 @@ def _file_lock(path: Path) -> Iterator[None]:
             raise
         if not _warned_no_lock:
             _warned_no_lock = True
-            warnings.warn(f"no file locks on {path.parent} ({e}); concurrent tasks "
-                          "may train the same client twice", stacklevel=4)
+            warnings.warn(f"no file locks on {path.parent} ({e}); concurrent tasks may "
+                          "repeat the same work (train a client, run a server) twice",
+                          stacklevel=4)
         yield
         return
     try:

@@ -12,11 +12,12 @@ from ofl_core.client_training import train_clients
 from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
+from ofl_core.distill.teachers import TeacherBank
 from ofl_core.evaluate import accuracy
 from ofl_core.methods import METHODS, ServerContext, method_config, run_method
 from ofl_core.methods.adi import FedADIConfig
 from ofl_core.methods.dafl import FedDAFLConfig
-from ofl_core.methods.dense import DenseConfig
+from ofl_core.methods.dense import DenseConfig, DenseSynthesizer
 from ofl_core.methods.feddf import FedDFConfig, adapt_images
 from ofl_core.multi_round import run_rounds, server_for
 
@@ -81,7 +82,8 @@ def test_presets_field_values() -> None:
     assert (c.bn_weight, c.adv_weight, c.kd_temperature, c.kd_lr) == (0.0, 1.0, 20.0, 0.005)
     assert c.reinit_generator and c.optimize_z and c.sorted_labels and c.augment
     assert (c.kd_data, c.batch_size, c.kd_batch_size, c.synthesis_student_mode) == (
-        "pool", 256, 256, "train")
+        "pool", 256, 256, "train_first")
+    assert (p.pool_rounding, c.pool_rounding) == ("round", "floor")
     assert (c.epochs, c.steps_per_epoch, c.g_lr) == (200, 30, 1e-3)
     assert DenseConfig.for_preset("paper", epochs=3).epochs == 3
     assert method_config("dense", "authors_code", epochs=2).kd_temperature == 20.0
@@ -184,6 +186,27 @@ def test_dense_authors_code_and_fresh_variants(setup) -> None:
     assert all(math.isfinite(v) for v in fresh.extras["losses"]["total"])
     assert fresh.extras["kd_steps"] == 3 and fresh.extras["pool_size"] == 0
     assert max(fresh.extras["losses"]["div"]) == 0.0
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("eval", [False, False, False]), ("train", [True, True, True]),
+    ("train_first", [True, False, False])])
+def test_synthesis_student_mode_per_epoch(mode: str, expected: list[bool]) -> None:
+    """The student's mode during each epoch's generator steps: DENSE's code trains the
+    generator against a train-mode student in epoch 0 only (its per-epoch test leaves the
+    student in eval mode), ``"train"`` in every epoch; the weights stay frozen either way."""
+    cfg = DenseConfig(synthesis_student_mode=mode)
+    student = init_model("cnn_mnist", 4, 1, 28, seed=0)
+    bank = TeacherBank([init_model("cnn_mnist", 4, 1, 28, seed=1)])
+    synth = DenseSynthesizer(torch.nn.Identity(), bank, student, cfg, torch.Generator(),
+                             torch.device("cpu"))
+    seen = []
+    for epoch in range(3):
+        student.train()  # as the distillation stage leaves it
+        synth.freeze_student(epoch)
+        seen.append(student.training)
+        assert not any(q.requires_grad for q in student.parameters())
+    assert seen == expected
 
 
 def test_baselines_smoke(setup) -> None:

@@ -30,6 +30,19 @@ def test_image_pool_uint8_round_trip_and_growth() -> None:
         pool.add(torch.rand(2, 1, 8, 8))
 
 
+def test_image_pool_floor_rounding_as_denses_code() -> None:
+    """``rounding="floor"`` stores floor(255·x) (DENSE's code: ``(x·255).astype(uint8)`` before
+    the PNG); the default rounds to nearest."""
+    x = torch.tensor([0.0, 0.3 / 255, 0.7 / 255, 1.6 / 255, 254.6 / 255, 1.0]).view(1, 1, 1, 6)
+    floor, near = ImagePool(rounding="floor"), ImagePool()
+    floor.add(x)
+    near.add(x)
+    assert floor.stored().flatten().tolist() == [0, 0, 0, 1, 254, 255]
+    assert near.stored().flatten().tolist() == [0, 0, 1, 2, 255, 255]
+    with pytest.raises(ValueError, match="rounding"):
+        ImagePool(rounding="ceil")  # type: ignore[arg-type]
+
+
 def test_image_pool_float_is_exact() -> None:
     pool = ImagePool(uint8=False)
     b = torch.rand(4, 1, 6, 6)

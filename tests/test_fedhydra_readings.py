@@ -187,3 +187,38 @@ def test_notebook_sections_read_the_results_file(tmp_path) -> None:
     fig = section.plot_stratification(loss_curves_frame(s, counts),
                                       stratification_frame(s, counts), "t")
     assert len(fig.axes) == 3
+
+
+def test_paper_scale_settings_and_records(tmp_path) -> None:
+    """The paper scale: full FMNIST, E = 200, T_G = 30 × b = 128, the 30 × 128 probe, ngf 64,
+    fewer server epochs (recorded against the paper); the notebook section names its figure
+    and prints the recorded scale and wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ofl_core.fedhydra import teacher_regime as tr
+    from ofl_core.sections import two_classes_per_client as section
+
+    paper = tr.SCALES["paper"]
+    assert (paper.dataset, paper.local_epochs, paper.settings) == ("fmnist", 200, ("2c/c",))
+    assert {k: v for k, v in paper.server.items() if k != "epochs"} == {
+        k: v for k, v in tr.PAPER_SERVER.items() if k != "epochs"}
+    assert tr.PAPER_SERVER["epochs"] == 200 and paper.server["epochs"] < 200
+    rec = paper.record(paper.server)
+    assert rec["server_vs_paper"] == f"epochs {paper.server['epochs']} (paper 200)"
+    assert tr.SCALES["quick"].record(tr.PAPER_SERVER)["server_vs_paper"] == "as the paper"
+    assert {v.label for v in tr.PAPER_SCALE_ROWS} >= {DENSE.label, PAPER.label}
+    assert set(tr.PAPER_SCALE_ROWS) <= set(variants())
+    rows = [{"setting": "2c/c", "seed": 1, "variant": v.label, "method": v.method,
+             "teacher": v.teacher, "kd_data": v.kd_data, "strat_u": v.strat_u,
+             "diagnostic": v.diagnostic, "last": 10.0, "best": 12.0, "wall_s": 5.0}
+            for v in tr.PAPER_SCALE_ROWS]
+    data = {"server": paper.server, "scale": rec, "rows": rows, "panels": [],
+            "setups": {"2c/c seed 1": {"clients_s": 3.0, "strat_s": 2.0}}}
+    assert tr.wall_time(data) == {"setups_s": 5.0, "rows_s": 20.0, "total_s": 25.0}
+    assert tr.wall_time({"setups": {"old": {}}, "rows": []})["setups_s"] is None
+    tr.save_results(tmp_path / "full.json", data)
+    table = section.teacher_regime_report(None, tmp_path, "t", name="full",
+                                          default=tmp_path / "full.json")
+    assert len(table) == len(rows) and (table.n == 1).all()
+    assert (tmp_path / "full.png").exists()

@@ -167,6 +167,7 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     assert {r.method for r in recs} == {"fedavg", "fedoneshot", "ensemble"}
     side = json.loads(runs[0].read_text())
     assert [r["method"] for r in side["records"]] == [r.method for r in recs]
+    assert side["code_version"].startswith("ofl_core ")  # which code made it (+ git commit)
     for r in recs:
         assert r.dataset == "fmnist" and r.data_source == "fmnist_embedded"
         assert r.num_clients == 5 and 0.0 <= r.last_acc <= 100.0

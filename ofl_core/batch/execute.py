@@ -102,7 +102,8 @@ def execute_task(
         "status": "done", "notebook": task.notebook, "run_id": run_id,
         "parameters": task.parameters, "seconds": round(secs, 2),
         "effective_parameters": effective_parameters(task, notebook_dir),
-        "machine": machine(), "records": [r.to_dict() for r in records],
+        "machine": machine(), "code_version": code_version(),
+        "records": [r.to_dict() for r in records],
     })
     return TaskResult(task, run_id, "done", secs, n_records=len(records))
 
@@ -123,6 +124,28 @@ def _error_tail(e: BaseException, lines: int = 8) -> str:
     text = "\n".join(tb) if isinstance(tb, list) else "".join(traceback.format_exception(e))
     rows = [ln.rstrip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
     return "\n".join(rows[-lines:])
+
+
+def code_version() -> str:
+    """The library that produced a run: ``ofl_core`` version and the git commit of its
+    checkout (``+dirty`` when it had uncommitted changes; the version alone outside git)."""
+    import ofl_core
+
+    root = Path(ofl_core.__file__).resolve().parent.parent
+    version = f"ofl_core {ofl_core.__version__}"
+    if not shutil.which("git"):
+        return version
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return version
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no", "--", "ofl_core", "notebooks"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return version
+    return f"{version}, git {rev.stdout.strip()}{'+dirty' if dirty else ''}"
 
 
 def machine() -> dict:

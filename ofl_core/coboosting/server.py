@@ -26,14 +26,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
+from ..checkpoint import Attrs, Stateful
 from ..clients import ClientUpload
 from ..combine import Ensemble
 from ..distill.config import SynthesisConfig, check_distill_config
 from ..distill.generator import (
+    GeneratorOptimizer,
     build_generator,
     generator_forward,
-    generator_optimizer,
     sample_latents,
 )
 from ..distill.loop import DistillRun, as_floats, open_run
@@ -124,7 +126,8 @@ class CoBoostingConfig(SynthesisConfig):
 
 @dataclass(eq=False)
 class CoBoost:
-    """One Co-Boosting run: the shared scaffold, G, the ensemble weights, the pool, the logs."""
+    """One Co-Boosting run: the shared scaffold, G, the ensemble weights, the pool, the logs,
+    the last synthetic batch."""
 
     run: DistillRun
     cfg: CoBoostingConfig
@@ -141,6 +144,17 @@ class CoBoost:
     kd_losses: list[torch.Tensor] = field(default_factory=list)
     kd_steps: int = 0
     times: dict[str, float] = field(default_factory=lambda: {"gen": 0.0, "w": 0.0, "kd": 0.0})
+    last_x: torch.Tensor | None = None
+    last_y: torch.Tensor | None = None
+
+    def checkpoint_state(self, g_opt: GeneratorOptimizer, sched: LRScheduler | None
+                         ) -> dict[str, Stateful]:
+        """What a checkpoint keeps (beside the scaffold's student, RNGs and curve): G, its and
+        the student's optimisers (and LR schedule), the pool, w and the logs."""
+        logs = Attrs(self, ("w", "log", "weights", "weight_losses", "kd_losses", "kd_steps",
+                            "times", "last_x", "last_y"), self.run.device)
+        return {"generator": self.gen, "opt_g": g_opt, "opt_s": self.opt_s, "pool": self.pool,
+                "log": logs, **({"sched": sched} if sched is not None else {})}
 
     def teacher(self, x: torch.Tensor) -> torch.Tensor:
         """A_w(x) with gradients to x (never to the teachers or w)."""
@@ -279,13 +293,13 @@ def run_coboosting(uploads: list[ClientUpload], cfg: CoBoostingConfig, ctx: Serv
     rng, dev = c.run.rng, c.run.device
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(c.opt_s, T_max=max(cfg.epochs, 1))
              if cfg.kd_lr_schedule == "cosine" else None)
-    opt_g: torch.optim.Optimizer | None = None
-    best_x = y = None
-    for epoch in c.run.epochs():
+    g_opt = GeneratorOptimizer(c.gen, cfg)
+    for epoch in c.run.epochs(c.checkpoint_state(g_opt, sched)):
         t0 = time.perf_counter()
-        opt_g = generator_optimizer(c.gen, opt_g, cfg, rng, epoch)
+        opt_g = g_opt.for_epoch(rng, epoch)
         z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
         best_x = synthesis_stage(c, z, y, opt_g, epoch)
+        c.last_x, c.last_y = best_x, y
         t1 = time.perf_counter()
         if not cfg.weights_include_new:  # ⚑ the code: w from the earlier epochs' samples
             weight_stage(c, epoch)
@@ -306,7 +320,7 @@ def run_coboosting(uploads: list[ClientUpload], cfg: CoBoostingConfig, ctx: Serv
         models = c.run.bank.models
         extras["weighted_ensemble_acc"] = float(ctx.evaluate(WeightedEnsemble(models, c.w)))
         extras["mean_ensemble_acc"] = float(ctx.evaluate(Ensemble(models)))
-    return c.run.result("coboosting", cfg.preset, extras, samples=(best_x, y),
+    return c.run.result("coboosting", cfg.preset, extras, samples=(c.last_x, c.last_y),
                         num_images=cfg.num_images)
 
 

@@ -24,6 +24,7 @@ images, DENSE's unlabelled pool). Weights W are (C, m) (rows classes j, columns 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -119,16 +120,21 @@ def stratification_stage(run_: DistillRun, cfg: Any, ctx: ServerContext, m: int,
                          given: Stratification | None) -> Stratification:
     """Alg. 1 line 9: model stratification (Alg. 2, Eqs. 1–7), or check a given one. The seed
     is ``derive_seed(ctx.seed, "fedhydra-stratify")`` for every server (DENSE with a weighted
-    teacher gets the same Ū_r, Ū_c as FedHydra on the same clients)."""
+    teacher gets the same Ū_r, Ū_c as FedHydra on the same clients). A resumed run takes it
+    from its checkpoint (:meth:`~ofl_core.distill.loop.DistillRun.stage`)."""
     C = ctx.num_classes
     if given is None:
-        return stratify(
-            run_.bank.models, C, ctx.in_channels, ctx.image_size, steps=cfg.strat_steps,
-            batch_size=cfg.strat_batch_size, nz=cfg.nz, ngf=cfg.ngf, lr=cfg.strat_lr,
-            betas=cfg.g_betas, seed=derive_seed(ctx.seed, "fedhydra-stratify"),
-            device=run_.device, group=cfg.strat_group, fast_generator=cfg.fast_generator,
-            channels_last=run_.bank.channels_last, min_loss_floor=cfg.min_loss_floor,
-            rule=cfg.strat_u, progress=ctx.progress)
+        def compute() -> Stratification:
+            return stratify(
+                run_.bank.models, C, ctx.in_channels, ctx.image_size, steps=cfg.strat_steps,
+                batch_size=cfg.strat_batch_size, nz=cfg.nz, ngf=cfg.ngf, lr=cfg.strat_lr,
+                betas=cfg.g_betas, seed=derive_seed(ctx.seed, "fedhydra-stratify"),
+                device=run_.device, group=cfg.strat_group, fast_generator=cfg.fast_generator,
+                channels_last=run_.bank.channels_last, min_loss_floor=cfg.min_loss_floor,
+                rule=cfg.strat_u, progress=ctx.progress)
+
+        return run_.stage("stratification", compute, dataclasses.asdict,
+                          lambda d: Stratification(**d))
     if tuple(given.U.shape) != (C, m):
         raise ValueError(f"{run_.name}: the given stratification is {tuple(given.U.shape)}"
                          f", expected (C, m) = ({C}, {m})")

@@ -129,6 +129,30 @@ def generator_optimizer(gen: nn.Module, opt_g: torch.optim.Optimizer | None, cfg
     return opt_g
 
 
+class GeneratorOptimizer:
+    """G's optimiser across the epochs (:func:`generator_optimizer`), as a piece of checkpoint
+    state: Adam's moments when G keeps one optimiser, None before the first epoch."""
+
+    def __init__(self, gen: nn.Module, cfg: Any) -> None:
+        self.gen, self.cfg = gen, cfg
+        self.opt: torch.optim.Optimizer | None = None
+
+    def for_epoch(self, rng: torch.Generator, epoch: int) -> torch.optim.Optimizer:
+        """The optimiser of 0-based ``epoch`` (re-initialising G first when configured)."""
+        self.opt = generator_optimizer(self.gen, self.opt, self.cfg, rng, epoch)
+        return self.opt
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"adam": None if self.opt is None else self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt = None
+        if state["adam"] is not None:
+            self.opt = torch.optim.Adam(self.gen.parameters(), lr=self.cfg.g_lr,
+                                        betas=self.cfg.g_betas)
+            self.opt.load_state_dict(state["adam"])
+
+
 def sample_latents(cfg: Any, num_classes: int, rng: torch.Generator,
                    dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """DENSE Alg. 1 line 6: z ~ N(0, I) (``cfg.batch_size``, ``cfg.nz``) and labels y uniform
@@ -140,5 +164,6 @@ def sample_latents(cfg: Any, num_classes: int, rng: torch.Generator,
     return z, y.to(dev)
 
 
-__all__ = ["build_generator", "conv3x3_narrow", "generator_forward", "generator_optimizer",
-           "reinit_generator", "sample_latents", "upsample_conv3x3", "upsample_transposed_kernel"]
+__all__ = ["GeneratorOptimizer", "build_generator", "conv3x3_narrow", "generator_forward",
+           "generator_optimizer", "reinit_generator", "sample_latents", "upsample_conv3x3",
+           "upsample_transposed_kernel"]

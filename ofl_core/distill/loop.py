@@ -5,7 +5,9 @@ FedHydra), so that a method file holds only its own losses and steps.
 the student (:func:`server_student`, optionally from a given state), puts it channels-last
 beside channels-last teachers and fuses its ReLU/max-pool pairs (exact), and seeds the
 method's generator ``derive_seed(ctx.seed, tag)``. :meth:`DistillRun.epochs` is the epoch loop
-with the progress bar and the test curve (:class:`EvalCurve`); :meth:`DistillRun.result`
+with the progress bar, the test curve (:class:`EvalCurve`) and the server checkpoint
+(:mod:`ofl_core.checkpoint`: a method passes its own state, the scaffold adds the student, the
+RNGs and the curve, resumes and saves); :meth:`DistillRun.result`
 undoes the set-up and builds the :class:`~ofl_core.methods.base.ServerResult` with the
 extras every method reports. :func:`ensemble_kd_step` is the distillation step (DENSE Eq. 6)
 the methods share.
@@ -13,13 +15,14 @@ the methods share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
 
+from ..checkpoint import RNG, GlobalRNG, ServerCheckpoint, Stateful, server_checkpoint
 from ..clients import build_from_upload, init_model
 from ..progress import progress_bar
 from ..seeds import derive_seed
@@ -29,6 +32,8 @@ from .teachers import TeacherBank
 
 if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
     from ..methods.base import ServerContext, ServerResult
+
+T = TypeVar("T")
 
 
 def server_student(uploads: Sequence, student_arch: str | None, num_classes: int,
@@ -78,6 +83,15 @@ class EvalCurve:
     def last(self) -> float | None:
         return self.curve[-1] if self.curve else None
 
+    def state_dict(self) -> dict[str, list]:
+        return {"curve": list(self.curve), "epochs_done": list(self.epochs_done)}
+
+    def load_state_dict(self, state: Mapping[str, list]) -> None:
+        curve, done = state["curve"], state["epochs_done"]
+        if not (isinstance(curve, list) and isinstance(done, list) and len(curve) == len(done)):
+            raise ValueError("EvalCurve: a curve and its epochs of equal lengths expected")
+        self.curve, self.epochs_done = [float(a) for a in curve], [int(e) for e in done]
+
     @property
     def best(self) -> float | None:
         return max(self.curve) if self.curve else None
@@ -96,8 +110,8 @@ def image_grid(x: torch.Tensor, labels: torch.Tensor | None, n: int = 64
 @dataclass(eq=False)
 class DistillRun:
     """One distillation server's shared state: teachers, student, its seeded RNG, the autocast
-    context and the test curve. Made by :func:`open_run`; ``student_loaded`` says whether the
-    student started from a given state."""
+    context, the test curve and the checkpoint (None when off). Made by :func:`open_run`;
+    ``student_loaded`` says whether the student started from a given state."""
 
     name: str
     bank: TeacherBank
@@ -112,21 +126,42 @@ class DistillRun:
     unfuse: Callable[[], None]
     student_loaded: bool = False
     finished: bool = False
+    checkpoint: ServerCheckpoint | None = None
 
     def to_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` in the teachers' memory format (channels-last when the bank is)."""
         return x.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else x
 
-    def epochs(self) -> Iterator[int]:
+    def epochs(self, state: Mapping[str, Stateful] | None = None) -> Iterator[int]:
         """The epochs 0..T−1 under a progress bar; after each, the student is evaluated when
-        due (:class:`EvalCurve`) and the bar shows its accuracy."""
-        bar = progress_bar(range(self.epochs_total), desc=self.name, show=self.progress)
+        due (:class:`EvalCurve`), the bar shows its accuracy and the checkpoint is written when
+        due. ``state``: the method's own pieces of state (generator, optimisers, pool, logs,
+        loop-carried values; :mod:`ofl_core.checkpoint.state`), beside the student, the RNGs
+        and the curve; with a checkpoint, the loop first resumes from it (skipping the epochs
+        it had done)."""
+        pieces = {"student": self.student, "rng": RNG(self.rng),
+                  "torch_rng": GlobalRNG(self.device), "curve": self.tracker, **(state or {})}
+        ckpt = self.checkpoint
+        start = ckpt.resume(pieces) if ckpt is not None else 0
+        bar = progress_bar(range(start, self.epochs_total), desc=self.name, show=self.progress,
+                           initial=start, total=self.epochs_total)
         for epoch in bar:
             yield epoch
             acc = self.tracker(epoch, self.student)
             if acc is not None:
                 bar.set_postfix(acc=f"{acc:.2f}")
+            if ckpt is not None:
+                ckpt.save_due(epoch + 1, pieces)
         bar.close()
+
+    def stage(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
+              decode: Callable[[Any], T]) -> T:
+        """A result computed once before the epochs (FedHydra's stratification), kept in the
+        checkpoint: :meth:`ofl_core.checkpoint.ServerCheckpoint.stage`; just ``compute()``
+        without one."""
+        if self.checkpoint is None:
+            return compute()
+        return self.checkpoint.stage(name, compute, encode, decode)
 
     def finish(self) -> None:
         """Undo the set-up: remove the teachers' BN hooks, unfuse the student, put student and
@@ -165,10 +200,13 @@ class DistillRun:
 def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: str, *,
              student_state: dict[str, torch.Tensor] | None = None,
              student_init: Callable[[str], dict[str, torch.Tensor] | None] | None = None,
-             fuse_student: bool = True) -> DistillRun:
+             fuse_student: bool = True, inputs: Mapping[str, Any] | None = None
+             ) -> DistillRun:
     """Set up a distillation server: teachers from ``uploads``, the student (seed
     ``derive_seed(ctx.seed, f"{tag}-student")``, then ``student_state`` or
-    ``student_init(student_arch)`` when given), the RNG ``derive_seed(ctx.seed, tag)``.
+    ``student_init(student_arch)`` when given), the RNG ``derive_seed(ctx.seed, tag)``, the
+    checkpoint (keyed on ``tag``, the uploads, ``cfg``, the initial student, ``inputs`` — the
+    method's other arguments that change its result — and ``ctx``).
 
     ``cfg`` needs ``student_arch``, ``batched_teachers``, ``channels_last``, ``amp``,
     ``epochs`` and ``eval_every``; ``name`` is the method's display name (progress bar and
@@ -187,12 +225,14 @@ def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: st
     if bank.channels_last:
         student.to(memory_format=torch.channels_last)
     unfuse = fuse_relu_maxpool(student) if fuse_student else (lambda: None)
+    ckpt = server_checkpoint(ctx, tag, uploads, cfg, cfg.epochs, student=state,
+                             **(inputs or {}))
     return DistillRun(name=name, bank=bank, student=student, student_arch=s_arch,
                       rng=torch.Generator().manual_seed(derive_seed(ctx.seed, tag)), device=dev,
                       amp=autocast_context(dev, cfg.amp),
                       tracker=EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every),
                       epochs_total=cfg.epochs, progress=ctx.progress, unfuse=unfuse,
-                      student_loaded=state is not None)
+                      student_loaded=state is not None, checkpoint=ckpt)
 
 
 def as_floats(values: list[torch.Tensor]) -> list[float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import torch
 
@@ -15,12 +16,18 @@ class ImagePool:
     """Growing in-memory pool of synthetic images in [0, 1] (DENSE's code keeps the best batch of
     every epoch; it writes them as 8-bit PNGs).
 
-    ``uint8=True`` stores round(255·x) (exact to within 0.5/255), 4× less memory than float.
+    ``uint8=True`` stores round(255·x) (exact to within 0.5/255), 4× less memory than float;
+    ``rounding="floor"`` stores floor(255·x) instead, as DENSE's code (``(x·255).astype(uint8)``
+    before writing the PNG), which darkens every pixel by 0.5/255 on average.
     Storage is one buffer that doubles when full, so :meth:`all` is a view, not a copy.
     """
 
-    def __init__(self, uint8: bool = True, device: str | torch.device | None = None) -> None:
+    def __init__(self, uint8: bool = True, device: str | torch.device | None = None,
+                 rounding: Literal["round", "floor"] = "round") -> None:
+        if rounding not in ("round", "floor"):
+            raise ValueError(f"ImagePool rounding must be 'round' or 'floor' (got {rounding!r})")
         self.uint8 = uint8
+        self.rounding = rounding
         self.device = torch.device(device) if device is not None else None
         self._buf: torch.Tensor | None = None
         self._labels: list[torch.Tensor] = []
@@ -40,8 +47,11 @@ class ImagePool:
         b = batch.detach()
         if self.device is not None:
             b = b.to(self.device)
-        b = (b.float().clamp(0, 1).mul(255).round().to(torch.uint8) if self.uint8
-             else b.float().clone())
+        if self.uint8:
+            scaled = b.float().clamp(0, 1).mul(255)
+            b = (scaled.floor() if self.rounding == "floor" else scaled.round()).to(torch.uint8)
+        else:
+            b = b.float().clone()
         if self._buf is None:
             self._buf = torch.empty((max(len(b), 1) * 4, *b.shape[1:]), dtype=b.dtype,
                                     device=b.device)
@@ -104,6 +114,28 @@ class ImagePool:
 
     def num_steps(self, batch_size: int) -> int:
         return math.ceil(self._n / batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pool for a checkpoint: its images (a copy without the spare capacity), labels
+        and batch count."""
+        return {"images": self.stored().clone() if self._buf is not None else None,
+                "labels": torch.cat(self._labels) if self._labels else None,
+                "num_batches": self.num_batches, "uint8": self.uint8}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the pool's content by a :meth:`state_dict` (on this pool's device)."""
+        images, labels = state["images"], state["labels"]
+        dtype = torch.uint8 if self.uint8 else torch.float32
+        if state["uint8"] != self.uint8 or (images is not None and images.dtype != dtype):
+            raise ValueError(f"ImagePool: a {'uint8' if state['uint8'] else 'float'} pool's "
+                             f"state for a {'uint8' if self.uint8 else 'float'} pool")
+        n = 0 if images is None else len(images)
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"ImagePool: {len(labels)} labels for {n} images")
+        dev = self.device if self.device is not None else "cpu"
+        self._buf = images.to(dev) if images is not None else None
+        self._labels = [labels.to(dev)] if labels is not None else []
+        self._n, self.num_batches = n, int(state["num_batches"])
 
 
 def augment_batch(x: torch.Tensor, mode: str, generator: torch.Generator | None = None,

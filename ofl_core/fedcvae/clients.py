@@ -41,8 +41,21 @@ def baseline_local_config(dataset: str, method: Literal["fedavg", "fedoneshot"],
     """Local training of FedCVAE's FedAvg / FedOneShot clients (SPEC §3, Tables 3/4).
 
     McMahan CNN, Adam lr 1e-3, batch 32, T_L = 10/10/5 (FedAvg) or 15/15/10 (FedOneShot)
-    epochs for MNIST/FMNIST/SVHN. ⚑ ``preset="authors_code"``: the CNN without ReLU after its
-    convolutions (``conv_relu=False``), as in the authors' ``Classifier``.
+    epochs for MNIST/FMNIST/SVHN; one shared initialisation (the paper gives none for its
+    baselines; FL's server sends its model to the clients). ⚑ ``preset="authors_code"``, as in
+    the authors' code (ceh-2000/fed_cvae):
+
+    - the CNN without ReLU after its convolutions (``conv_relu=False``;
+      ``models/classifier.py`` l. 9–22: Conv2d → MaxPool2d → Conv2d → MaxPool2d → Linear → ReLU
+      → Linear);
+    - FedOneShot's clients each start from their own weights (``shared_init=False``): every
+      ``User`` builds its own ``Classifier`` (``users/user.py`` l. 17) and
+      ``ServerOneShot.train`` copies user 0's weights to all only with
+      ``should_initialize_same`` (``servers/server_one_shot.py`` l. 110–114), which
+      ``main.py`` defaults to 0 (l. 320–325) and the Table 1 script (``experiments/alpha.py``)
+      does not set. FedAvg's clients share one init there too: ``ServerFedAvg.train`` loads
+      the server model into every client before training (``servers/server_fed_avg.py``
+      l. 25–28).
     """
     check_preset(preset)
     hp = fedcvae_hparams(dataset)
@@ -51,7 +64,8 @@ def baseline_local_config(dataset: str, method: Literal["fedavg", "fedoneshot"],
     epochs = hp.fedavg_local_epochs if method == "fedavg" else hp.fedoneshot_local_epochs
     return LocalTrainConfig(
         arch="mcmahan_cnn", optimizer="adam", lr=1e-3, momentum=0.0, batch_size=32,
-        epochs=epochs, model_kwargs=(("conv_relu", preset == "paper"),), preset=preset,
+        epochs=epochs, model_kwargs=(("conv_relu", preset == "paper"),),
+        shared_init=preset == "paper" or method == "fedavg", preset=preset,
     )
 
 

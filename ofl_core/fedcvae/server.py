@@ -34,6 +34,7 @@ from typing import Literal, TypeVar
 import torch
 from torch import nn
 
+from ..checkpoint import server_checkpoint
 from ..clients import ClientUpload
 from ..methods.base import ServerContext, ServerResult
 from ..methods.fedavg import average_states
@@ -232,6 +233,8 @@ def ens_server(uploads: Sequence[ClientUpload], cfg: FedCVAEEnsConfig, ctx: Serv
         x, y, arch=cfg.classifier_arch, conv_relu=cfg.conv_relu, epochs=cfg.classifier_epochs,
         lr=cfg.classifier_lr, batch_size=cfg.batch_size, ctx=ctx, seed=seed,
         eval_every=cfg.eval_every,
+        checkpoint=server_checkpoint(ctx, f"{method}/classifier", uploads, cfg,
+                                     cfg.classifier_epochs, seed=seed, data=(x, y)),
     )
     extras = {"samples_per_client": per_client,
               "synthetic_class_counts": torch.bincount(y.cpu(), minlength=ctx.num_classes)
@@ -295,6 +298,8 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
             server, x_kd, y_kd, z_kd, epochs=cfg.kd_epochs, lr=cfg.kd_lr,
             batch_size=cfg.batch_size, seed=fedcvae_server_seed(ctx.seed, 12),
             progress=ctx.progress,
+            checkpoint=server_checkpoint(ctx, f"{method}/decoder", uploads, cfg, cfg.kd_epochs,
+                                         data=(x_kd, y_kd, z_kd)),
         )
         extras["samples_per_client"] = per_client
     # Alg. 1 line 9: an IID labelled set from the server decoder, y uniform
@@ -307,6 +312,8 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
         x, y, arch=cfg.classifier_arch, conv_relu=cfg.conv_relu, epochs=cfg.classifier_epochs,
         lr=cfg.classifier_lr, batch_size=cfg.batch_size, ctx=ctx, seed=ctx.seed,
         eval_every=cfg.eval_every,
+        checkpoint=server_checkpoint(ctx, f"{method}/classifier", uploads, cfg,
+                                     cfg.classifier_epochs, data=(x, y)),
     )
     extras["server_decoder"] = {k: v.detach().cpu() for k, v in server.state_dict().items()}
     return _result(method, cfg.preset, clf, curve, _image_grid(x, y, ctx.num_classes), extras)

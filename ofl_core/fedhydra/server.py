@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import Attrs, Stateful
 from ..clients import ClientUpload
 from ..combine import Ensemble
 from ..distill.combiners import (
@@ -146,7 +147,7 @@ def global_loss(l_kl: torch.Tensor, l_ce: torch.Tensor, beta: float) -> torch.Te
 @dataclass(eq=False)
 class Hydra:
     """One FedHydra server run: the shared scaffold, the teacher's weights (Ū_r/Ū_c), G, the
-    optimisers, the pool (``kd_data`` "replay"/"pool"), the logs."""
+    optimisers, the pool (``kd_data`` "replay"/"pool"), the logs, the last distilled batch."""
 
     run: DistillRun
     cfg: FedHydraConfig
@@ -163,6 +164,16 @@ class Hydra:
     kd_steps: int = 0
     t_gen: float = 0.0
     t_kd: float = 0.0
+    last_x: torch.Tensor | None = None
+    last_y: torch.Tensor | None = None
+
+    def checkpoint_state(self) -> dict[str, Stateful]:
+        """What a checkpoint keeps (beside the scaffold's student, RNGs and curve): G, both
+        optimisers, the pool, the logs and the last distilled batch."""
+        return {"generator": self.gen, "opt_g": self.opt_g, "opt_s": self.opt_s,
+                **({"pool": self.pool} if self.pool is not None else {}),
+                "log": Attrs(self, ("pool_labels", "log", "kd_log", "kd_steps", "t_gen",
+                                    "t_kd", "last_x", "last_y"), self.run.device)}
 
     def sa(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """P = SA(x̂, y) from the teachers' logits (m, B, C) (FedHydra Eq. 12, Eqs. 8–11), or
@@ -325,7 +336,8 @@ def run_fedhydra(
     ``teacher="oracle"``: :func:`~ofl_core.distill.combiners.oracle_weights`)."""
     require_given_weights(cfg.teacher, teacher_weights, "FedHydra")
     run_ = open_run(uploads, cfg, ctx, "FedHydra", "fedhydra", student_state=student_state,
-                    fuse_student=False)
+                    fuse_student=False, inputs={"stratification": stratification,
+                                                "teacher_weights": teacher_weights})
     dev = run_.device
     t0 = time.perf_counter()
     strat = stratification_stage(run_, cfg, ctx, len(uploads), stratification)
@@ -342,14 +354,13 @@ def run_fedhydra(
               zero=torch.zeros((), device=dev),
               pool=ImagePool(uint8=cfg.pool_uint8, device=dev)
               if cfg.kd_data in ("pool", "replay") else None)
-    last_x = last_y = None
-    for epoch in run_.epochs():  # Alg. 1 line 12: for T_g epochs
+    for epoch in run_.epochs(h.checkpoint_state()):  # Alg. 1 line 12: for T_g epochs
         t1 = time.perf_counter()
         z = torch.randn(cfg.batch_size, cfg.nz, generator=run_.rng).to(dev)  # lines 13-14
         y = torch.randint(0, ctx.num_classes, (cfg.batch_size,), generator=run_.rng).to(dev)
         inter, best_x = generation_stage(h, z, y, epoch)
         t2 = time.perf_counter()
-        last_x, last_y = distillation_stage(h, z, y, inter, best_x)
+        h.last_x, h.last_y = distillation_stage(h, z, y, inter, best_x)
         h.t_gen += t2 - t1
         h.t_kd += time.perf_counter() - t2
     run_.finish()
@@ -362,7 +373,7 @@ def run_fedhydra(
         extras["mean_ensemble_acc"] = float(ctx.evaluate(Ensemble(models)))
         extras["teacher_acc"] = float(ctx.evaluate(
             TeacherEnsemble(models, cfg.teacher, weights, cfg.sa_rescale)))
-    return run_.result("fedhydra", cfg.preset, extras, samples=(last_x, last_y),
+    return run_.result("fedhydra", cfg.preset, extras, samples=(h.last_x, h.last_y),
                        num_images=cfg.num_images)
 
 

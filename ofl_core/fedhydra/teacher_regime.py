@@ -11,6 +11,13 @@ on the real test set with no distillation (:func:`~ofl_core.fedhydra.diagnostics
 :func:`run_table` writes everything to one JSON file after each run and skips the rows it
 already holds (resumable); :func:`summarise` and :func:`panel_summary` turn the file into the
 tables (mean ± std over seeds). ``scripts/fedhydra_teacher_regime.py`` is the command line.
+
+Two scales (:data:`SCALES`): ``"quick"`` (the embedded FMNIST subset, 10 local epochs, the
+notebook's quick server sizes; every variant) and ``"paper"`` (full FashionMNIST 2c/c, the
+paper's 200 local epochs, T_G = 30 steps of b = 128, the 30 × 128 stratification probe, ngf 64,
+but 10 server epochs instead of the paper's T_g = 200 so that a 2-core CPU can run it; only
+:data:`PAPER_SCALE_ROWS`). The results file records the scale, and each row and setup the
+machine it ran on and its wall time.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..batch.execute import machine
 from ..clients import LocalTrainConfig, build_from_upload
 from ..distill.combiners import DIAGNOSTIC, oracle_weights, stratification_stage
 from ..distill.loop import open_run
@@ -44,6 +53,53 @@ QUICK = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 3
 SETTINGS = ("2c/c", "α=0.1")  # FedHydra Table 2's and Table 1's (α = 0.1) partitions
 #: the committed results of ``scripts/fedhydra_teacher_regime.py`` (quick sizes)
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "fedhydra_teacher_regime.json"
+#: the results of the paper-scale run (``--scale paper``; absent until it has run)
+RESULTS_FULL = RESULTS.with_name("fedhydra_teacher_regime_fmnist_full.json")
+#: FedHydra §4.1.4's server sizes: T_g = 200 distillation epochs, T_G = 30 generator steps,
+#: b = 128 (generator and KD batch; the stratification probe uses the same T_G and b), and
+#: ngf 64 (the generator width of SPEC §2; the paper gives none)
+PAPER_SERVER = {"epochs": 200, "steps_per_epoch": 30, "batch_size": 128, "kd_batch_size": 128,
+                "strat_steps": 30, "strat_batch_size": 128, "ngf": 64}
+#: the paper-scale run: PAPER_SERVER with T_g cut to 10 epochs. Measured on the shared 2-core
+#: CPU at one thread (docs/decisions.md, issue 20): the 200 local epochs of 5 clients take
+#: 30–75 min and the 30 × 128 probe (50 generators) 17–38 min, depending on the load; one
+#: server epoch (30 generator steps of 128 images at ngf 64) 34–43 s per row under load
+PAPER_SCALE_SERVER = {**PAPER_SERVER, "epochs": 10}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Where a table runs: ``dataset``, the clients' ``local_epochs``, the ``server`` sizes,
+    the ``settings`` and ``seeds`` run by default, and ``reduced``: what differs from the
+    paper's settings (recorded in the results file)."""
+
+    name: str
+    dataset: str
+    local_epochs: int
+    server: dict
+    settings: tuple[str, ...]
+    seeds: tuple[int, ...]
+    reduced: str = ""
+
+    def record(self, server: dict) -> dict:
+        """The ``scale`` entry of the results file for a run with ``server`` sizes."""
+        cut = {k: (v, PAPER_SERVER[k]) for k, v in server.items()
+               if k in PAPER_SERVER and v != PAPER_SERVER[k]}
+        paper_vs_ours = "; ".join(f"{k} {ours} (paper {paper})"
+                                  for k, (ours, paper) in cut.items())
+        return {"name": self.name, "dataset": self.dataset, "local_epochs": self.local_epochs,
+                "reduced": self.reduced, "server_vs_paper": paper_vs_ours or "as the paper"}
+
+
+SCALES = {
+    "quick": Scale("quick", "fmnist_embedded", 10, QUICK, SETTINGS, (1, 2, 3),
+                   "embedded FMNIST subset (10k training images), 10 local epochs (paper: "
+                   "200), the notebook's quick server sizes"),
+    "paper": Scale("paper", "fmnist", 200, PAPER_SCALE_SERVER, ("2c/c",), (1,),
+                   "server epochs T_g (server_vs_paper), to fit a 2-core CPU; the rest as "
+                   "FedHydra §4.1.4 (m = 5, E = 200 local epochs of SGD lr 0.01 with batch "
+                   "128, T_G = 30, b = 128, probe 30 × 128) with ngf 64"),
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +129,10 @@ class Variant:
 
 PAPER = Variant("fedhydra", "sa", "intermediate")  # FedHydra as written (the paper preset)
 DENSE = Variant("dense", "mean_logits", "pool")  # DENSE (its paper preset)
+#: the paper-scale run's rows: DENSE, the paper preset, and the best label-free combination of
+#: the quick and 20-epoch tables (SA without Ū_c from the pool) in FedHydra's loop and DENSE's
+PAPER_SCALE_ROWS = (DENSE, PAPER, Variant("fedhydra", "sa_no_uc", "pool"),
+                    Variant("dense", "sa_no_uc", "pool"))
 
 
 def variants() -> list[Variant]:
@@ -98,10 +158,12 @@ def variants() -> list[Variant]:
     return list(dict.fromkeys(first + grid))
 
 
-def experiment_config(setting: str, seed: int, local_epochs: int = 10) -> ExperimentConfig:
-    """The notebook's clients (embedded FMNIST, m = 5, cnn_mnist, ``local_epochs``) for
-    ``setting`` "2c/c" or "α=<alpha>"; one training worker (one thread)."""
-    common = dict(dataset="fmnist_embedded", num_clients=5, seed=seed, workers=1,
+def experiment_config(setting: str, seed: int, local_epochs: int = 10,
+                      dataset: str = "fmnist_embedded") -> ExperimentConfig:
+    """The notebook's clients (``dataset``: the embedded FMNIST subset or the full "fmnist",
+    m = 5, cnn_mnist, ``local_epochs``) for ``setting`` "2c/c" or "α=<alpha>"; one training
+    worker (one thread)."""
+    common = dict(dataset=dataset, num_clients=5, seed=seed, workers=1,
                   local=LocalTrainConfig(arch="cnn_mnist", epochs=local_epochs),
                   experiment="two_classes_per_client", progress=False)
     if setting == "2c/c":
@@ -111,11 +173,11 @@ def experiment_config(setting: str, seed: int, local_epochs: int = 10) -> Experi
                             **common)
 
 
-def client_settings() -> dict:
+def client_settings(local_epochs: int = 10) -> dict:
     """The clients' local training as run here (recorded in the results file): the
     :class:`~ofl_core.clients.LocalTrainConfig` fields and the precision it resolves to on
     this machine's CPU (``amp="auto"`` = bfloat16 where native)."""
-    local = experiment_config("2c/c", 1).local
+    local = experiment_config("2c/c", 1, local_epochs).local
     out = {**dataclasses.asdict(local),
            "precision": precision_label(resolve_amp(local.amp, "cpu"), False)}
     return json.loads(json.dumps(out))  # as the results file holds it
@@ -146,7 +208,33 @@ def run_variant(setup: Setup, v: Variant, server: dict, strat: Stratification) -
             "last": res.last_acc, "best": res.best_acc, "curve": res.curve,
             "teacher_acc": res.extras.get("teacher_acc"),
             "kd_steps": res.extras.get("kd_steps"),
-            "wall_s": round(time.perf_counter() - t0, 1)}
+            "time_generator_s": res.extras.get("time_generator_s"),
+            "time_kd_s": res.extras.get("time_kd_s"),
+            "wall_s": round(time.perf_counter() - t0, 1), "machine": machine_info()}
+
+
+def machine_info() -> dict:
+    """Where a row ran: host, cores, CPU model, torch's threads and version (and GPUs)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       cpu)
+    except OSError:
+        pass
+    return {**machine(), "cpu": cpu, "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def wall_time(data: dict) -> dict:
+    """Wall time of the file's runs in seconds: clients and stratification of the setups that
+    recorded them (None when none did: files written before they were recorded), the server
+    rows, and the total of both."""
+    timed = [s["clients_s"] + s["strat_s"] for s in data["setups"].values()
+             if "clients_s" in s and "strat_s" in s]
+    setups = round(sum(timed), 1) if timed else None
+    rows = round(sum(r.get("wall_s", 0) for r in data["rows"]), 1)
+    return {"setups_s": setups, "rows_s": rows, "total_s": round((setups or 0) + rows, 1)}
 
 
 def setup_panels(setup: Setup, strats: dict[str, Stratification], seed: int) -> list[dict]:
@@ -180,17 +268,21 @@ def save_results(path: str | os.PathLike, data: dict) -> None:
 
 def run_table(path: str | os.PathLike, seeds: Sequence[int] = (1, 2, 3),
               settings: Sequence[str] = SETTINGS, server: dict | None = None,
-              only: Callable[[Variant], bool] | None = None, log: Callable = print) -> dict:
+              only: Callable[[Variant], bool] | None = None, log: Callable = print,
+              scale: Scale | None = None) -> dict:
     """Run every missing (setting, seed, variant) row, best rows first: for each setting, each
-    variant of :func:`variants` over ``seeds``. Saves ``path`` after every row."""
-    server = dict(QUICK if server is None else server)
+    variant of :func:`variants` over ``seeds``. Saves ``path`` after every row. ``scale``
+    (default: quick) gives the dataset and local epochs; ``server`` defaults to its sizes."""
+    scale = SCALES["quick"] if scale is None else scale
+    server = dict(scale.server if server is None else server)
     data = load_results(path)
-    clients = client_settings()
-    for key, now in (("server", server), ("clients", clients)):
+    clients = client_settings(scale.local_epochs)
+    for key, now in (("server", server), ("clients", clients), ("scale", scale.record(server))):
         if data.get(key) and data[key] != now:
             raise ValueError(f"{path} holds results for {key} settings {data[key]}, not "
                              f"{now}: use another file")
     data["server"], data["clients"] = server, clients
+    data["scale"] = scale.record(server)
     done = {(r["setting"], r["seed"], r["variant"]) for r in data["rows"]}
     cache: dict[tuple[str, int], tuple[Setup, dict[str, Stratification]]] = {}
     for setting in settings:
@@ -200,7 +292,7 @@ def run_table(path: str | os.PathLike, seeds: Sequence[int] = (1, 2, 3),
             for seed in seeds:
                 if (setting, seed, v.label) in done:
                     continue
-                setup, strats = prepare(setting, seed, server, data, cache, path)
+                setup, strats = prepare(setting, seed, server, data, cache, path, scale, log)
                 row = {"setting": setting, "seed": seed,
                        **run_variant(setup, v, server, strats[v.strat_u])}
                 data["rows"].append(row)
@@ -211,12 +303,26 @@ def run_table(path: str | os.PathLike, seeds: Sequence[int] = (1, 2, 3),
 
 
 def prepare(setting: str, seed: int, server: dict, data: dict, cache: dict,
-            path: str | os.PathLike) -> tuple[Setup, dict[str, Stratification]]:
+            path: str | os.PathLike, scale: Scale | None = None, log: Callable = print
+            ) -> tuple[Setup, dict[str, Stratification]]:
     """The setup and its stratifications (per u rule) for (setting, seed), made once; the
-    first time also its teacher panel and stratification record in ``data``."""
+    first time also its teacher panel and stratification record in ``data`` (with the wall
+    time of the clients, which come from the upload cache when trained before, and of the
+    stratification)."""
+    scale = SCALES["quick"] if scale is None else scale
     if (setting, seed) not in cache:
-        setup = setup_experiment(experiment_config(setting, seed))
+        log(f"{setting} seed {seed}: {scale.dataset} clients, {scale.local_epochs} local "
+            "epochs (loaded from the upload cache when trained before) ...")
+        t0 = time.perf_counter()
+        setup = setup_experiment(experiment_config(setting, seed, scale.local_epochs,
+                                                   scale.dataset))
+        t1 = time.perf_counter()
+        log(f"{setting} seed {seed}: clients {t1 - t0:.0f} s (ensemble "
+            f"{setup.ensemble_acc:.2f}); stratification, {server['strat_steps']} steps × "
+            f"{server['strat_batch_size']} ...")
         strat = setup_stratification(setup, server)
+        t2 = time.perf_counter()
+        log(f"{setting} seed {seed}: stratification {t2 - t1:.0f} s")
         strats = {"eq2": strat, "log_ratio": Stratification.from_losses(
             strat.losses, rule="log_ratio")}
         key = f"{setting} seed {seed}"
@@ -224,7 +330,9 @@ def prepare(setting: str, seed: int, server: dict, data: dict, cache: dict,
             data["setups"][key] = {
                 "setting": setting, "seed": seed, "client_accs": setup.client_accs,
                 "ensemble_acc": setup.ensemble_acc,
-                "counts": setup.partition.counts.tolist(), "strat_losses": strat.losses.tolist()}
+                "counts": setup.partition.counts.tolist(), "strat_losses": strat.losses.tolist(),
+                "clients_s": round(t1 - t0, 1), "strat_s": round(t2 - t1, 1),
+                "machine": machine_info()}
             data["panels"] += [{"setting": setting, "seed": seed, **r}
                                for r in setup_panels(setup, strats, seed)]
             save_results(path, data)
@@ -297,8 +405,9 @@ def panel_summary(data: dict, rule: str = "eq2") -> pd.DataFrame:
     return out.round(1).reset_index()
 
 
-__all__ = ["DENSE", "PAPER", "QUICK", "RESULTS", "SETTINGS", "Variant", "client_settings",
-           "experiment_config",
-           "load_results", "panel_summary", "prepare", "run_table", "run_variant",
-           "save_results", "setup_panels", "setup_stratification", "summarise", "variants",
-           "verdict"]
+__all__ = ["DENSE", "PAPER", "PAPER_SCALE_ROWS", "PAPER_SCALE_SERVER", "PAPER_SERVER", "QUICK",
+           "RESULTS", "RESULTS_FULL", "SCALES", "SETTINGS", "Scale", "Variant",
+           "client_settings", "experiment_config", "load_results", "machine_info",
+           "panel_summary", "prepare", "run_table", "run_variant", "save_results",
+           "setup_panels", "setup_stratification", "summarise", "variants", "verdict",
+           "wall_time"]

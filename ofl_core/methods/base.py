@@ -2,21 +2,34 @@
 
 A server method is ``run(uploads, cfg, ctx) -> ServerResult``. :class:`ServerContext` carries
 what a server legitimately has: device, seed, the data's shape and class count, an evaluation
-callback on the test set (for accuracy curves) and whether to show progress. It never carries
-client data.
+callback on the test set (for accuracy curves), whether to show progress and where to keep its
+checkpoints. It never carries client data.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from ..validation import NONNEG, describe, matches, shown
+
 
 @dataclass(frozen=True)
 class ServerContext:
+    """The task's shape, the seed and the device, and how the run is observed and kept.
+
+    Checkpoints (:mod:`ofl_core.checkpoint`; never part of a result or its config hash): a
+    server with epochs writes its whole state to ``<cache_dir>/servers`` after every
+    ``checkpoint_every``-th epoch and after the last one, and resumes from it when run again;
+    off without a ``cache_dir`` or with ``checkpoint_every=0``. ``eval_key`` names what
+    ``evaluate`` measures (e.g. the test set's name and content hash): it is part of the
+    checkpoint's key, since the stored test curve depends on it.
+    """
+
     num_classes: int
     in_channels: int
     image_size: int
@@ -24,6 +37,15 @@ class ServerContext:
     device: str = "cpu"
     evaluate: Callable[[nn.Module], float] | None = None
     progress: bool = True
+    cache_dir: str | os.PathLike | None = None
+    checkpoint_every: int = 5
+    eval_key: str = ""
+
+    def __post_init__(self) -> None:
+        v = self.checkpoint_every
+        if not matches(int, v, NONNEG):
+            raise ValueError(f"ServerContext.checkpoint_every must be {describe(int, NONNEG)} "
+                             f"(epochs; 0 = off), got {shown(v)} ({type(v).__name__})")
 
 
 @dataclass(eq=False)

@@ -12,10 +12,11 @@ iteration draws a fresh z, takes one generator step and one student KD step on t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from ..checkpoint import Attrs
 from ..clients import ClientUpload
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
@@ -61,6 +62,16 @@ def dafl_generator_loss(d: torch.Tensor, features: list[torch.Tensor],
             + cfg.ie_weight * dafl_information_entropy_loss(d))
 
 
+@dataclass
+class DaflLog:
+    """What Fed-DAFL records: the per-epoch mean losses and the last batch x̂ with D(x̂)."""
+
+    g_losses: list[torch.Tensor] = field(default_factory=list)
+    kd_losses: list[torch.Tensor] = field(default_factory=list)
+    x: torch.Tensor | None = None
+    d: torch.Tensor | None = None
+
+
 def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> ServerResult:
     """Train a DAFL generator on the ensemble and distil the ensemble into a fresh student:
     every step one generator step on L_G and one student KD step (DENSE Eq. 6) on the same
@@ -70,10 +81,10 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
     opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
-    g_losses, kd_losses = [], []
-    x = d = None
+    log = DaflLog()
+    state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev)}
     student.train()
-    for _epoch in run_.epochs():
+    for _epoch in run_.epochs(state):
         ep_g, ep_kd = [], []
         for _ in range(cfg.steps_per_epoch):
             z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
@@ -94,11 +105,12 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             opt_s.step()
             ep_g.append(loss_g.detach())
             ep_kd.append(loss_s.detach())
+            log.x, log.d = x.detach(), d.detach()
         if ep_g:
-            g_losses.append(torch.stack(ep_g).mean())
-            kd_losses.append(torch.stack(ep_kd).mean())
-    extras = {"g_loss": as_floats(g_losses), "kd_loss": as_floats(kd_losses),
+            log.g_losses.append(torch.stack(ep_g).mean())
+            log.kd_losses.append(torch.stack(ep_kd).mean())
+    extras = {"g_loss": as_floats(log.g_losses), "kd_loss": as_floats(log.kd_losses),
               "kd_steps": cfg.epochs * cfg.steps_per_epoch}
     return run_.result(cfg.method_name, cfg.preset, extras,
-                       samples=(x, d.argmax(1) if d is not None else None),
+                       samples=(log.x, log.d.argmax(1) if log.d is not None else None),
                        num_images=cfg.num_images)

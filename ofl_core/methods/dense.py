@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint import Attrs
 from ..clients import ClientUpload
 from ..distill.combiners import (
     WEIGHTED,
@@ -29,9 +30,9 @@ from ..distill.combiners import (
 )
 from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import (
+    GeneratorOptimizer,
     build_generator,
     generator_forward,
-    generator_optimizer,
     sample_latents,
 )
 from ..distill.kernels import autocast_context
@@ -63,8 +64,12 @@ class DenseConfig(TeacherConfig):
     ``optimize_z`` False → True (generator and z re-initialised every epoch, z optimised jointly
     with G); ``sorted_labels`` False → True; ``augment`` False → True (crop pad 4 + flip of x̂
     before teachers and student; in KD the pool images are re-augmented as ``pool_augment``);
-    ``batch_size``/``kd_batch_size`` 128 → 256; ``synthesis_student_mode`` "eval" → "train" (their
-    student stays in train mode while the generator trains, so its BN uses batch statistics).
+    ``batch_size``/``kd_batch_size`` 128 → 256; ``synthesis_student_mode`` "eval" →
+    "train_first" (their student is in train mode while the generator trains in the first epoch
+    only — BN on batch statistics, running statistics updated by the synthetic batches — and
+    in eval mode from the second on, because their per-epoch test leaves it there; "train"
+    keeps train mode in every epoch); ``pool_rounding`` "round" → "floor" (their pool PNGs hold
+    floor(255·x)).
 
     ``kd_data``: ``"fresh"`` is Algorithm 1 read literally (after the T_G steps, one student step
     on G(z): 200 student steps in all). ``"pool"`` is the code: the lowest-loss batch of each
@@ -99,7 +104,8 @@ class DenseConfig(TeacherConfig):
     pool_augment: Literal["auto", "none", "flip", "crop_flip"] = "auto"
     kd_data: Literal["fresh", "pool"] = "pool"
     pool_uint8: bool = True
-    synthesis_student_mode: Literal["eval", "train"] = "eval"
+    pool_rounding: Literal["round", "floor"] = "round"
+    synthesis_student_mode: Literal["eval", "train", "train_first"] = "eval"
     ablation: Literal["ce_only", "no_bn", "no_div"] | None = None
     label: str | None = None
     log_every: int = 10
@@ -112,7 +118,8 @@ class DenseConfig(TeacherConfig):
     def for_preset(cls, preset: str = "paper", **overrides: object) -> DenseConfig:
         """The paper's DENSE, or ⚑ what DENSE's official code does (README command:
         ``--epochs 200 --lr 0.005 --batch_size 256 --synthesis_batch_size 256 --g_steps 30
-        --lr_g 1e-3 --bn 1.0 --oh 1.0 --T 20 --adv 1``, with L_BN silently zero)."""
+        --lr_g 1e-3 --bn 1.0 --oh 1.0 --T 20 --adv 1``, with L_BN silently zero; the student's
+        mode during generation and the pool's 8-bit rounding as the code has them)."""
         check_preset(preset)
         base = cls(preset=preset)
         if preset == "authors_code":
@@ -120,7 +127,7 @@ class DenseConfig(TeacherConfig):
                 base, bn_weight=0.0, adv_weight=1.0, kd_temperature=20.0, kd_lr=0.005,
                 reinit_generator=True, optimize_z=True, sorted_labels=True, augment=True,
                 kd_data="pool", batch_size=256, kd_batch_size=256,
-                synthesis_student_mode="train",
+                synthesis_student_mode="train_first", pool_rounding="floor",
             )
         return replace(base, **overrides) if overrides else base
 
@@ -148,7 +155,8 @@ class DenseSynthesizer:
     L_gen = CE(D(x̂), y) + λ1·L_BN + λ2·L_div (Eq. 5), x̂ = G(z) (optionally augmented).
 
     The student is frozen for these steps (no weight gradients; eval mode unless
-    ``synthesis_student_mode="train"``); teachers never get weight gradients.
+    ``synthesis_student_mode`` says train mode for the epoch); teachers never get weight
+    gradients.
     """
 
     def __init__(self, gen: nn.Module, bank: TeacherBank, student: nn.Module, cfg: DenseConfig,
@@ -169,8 +177,12 @@ class DenseSynthesizer:
             return logits.mean(0)
         return combine_teachers(self.cfg.teacher, logits.float(), y, self.weights)
 
-    def freeze_student(self) -> None:
-        self.student.train(self.cfg.synthesis_student_mode == "train")
+    def freeze_student(self, epoch: int) -> None:
+        """No weight gradients for the student during epoch ``epoch``'s generator steps; train
+        mode for ``"train"``, and for ``"train_first"`` in epoch 0 only (DENSE's code), else
+        eval mode."""
+        mode = self.cfg.synthesis_student_mode
+        self.student.train(mode == "train" or (mode == "train_first" and epoch == 0))
         self.student.requires_grad_(False)
 
     def losses(self, z: torch.Tensor, y: torch.Tensor
@@ -252,7 +264,7 @@ def generation_stage(synth: DenseSynthesizer, z: torch.Tensor, y: torch.Tensor,
     if cfg.optimize_z:
         z.requires_grad_(True)
         opts.append(torch.optim.Adam([z], lr=cfg.g_lr, betas=cfg.g_betas))
-    synth.freeze_student()
+    synth.freeze_student(epoch)
     best_loss = torch.full((), float("inf"), device=z.device)
     best_x = None
     for j in range(cfg.steps_per_epoch):
@@ -297,20 +309,24 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
     With a weighted ``teacher``: an optional precomputed FedHydra :class:`Stratification`
     (else it is computed first) or explicit teacher weights (required by the diagnostic
     ``"oracle"``)."""
-    run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state)
+    run_ = open_run(uploads, cfg, ctx, "DENSE", "dense", student_state=student_state,
+                    inputs={"stratification": stratification, "teacher_weights": teacher_weights})
     rng, dev = run_.rng, run_.device
     weights = dense_teacher_weights(run_, cfg, ctx, len(uploads), stratification,
                                     teacher_weights)
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
     synth = DenseSynthesizer(gen, run_.bank, run_.student, cfg, rng, dev, weights)
-    pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
+    pool = (ImagePool(uint8=cfg.pool_uint8, device=dev, rounding=cfg.pool_rounding)
+            if cfg.kd_data == "pool" else None)
     distiller = make_distiller(run_, cfg, pool is not None, synth.augment, ctx.in_channels,
                                weights)
     log = DenseLog()
-    opt_g: torch.optim.Optimizer | None = None
-    for epoch in run_.epochs():  # Alg. 1 line 5: for T epochs
+    g_opt = GeneratorOptimizer(gen, cfg)
+    state = {"generator": gen, "opt_g": g_opt, "opt_s": distiller.opt,
+             "log": Attrs.of(log, dev), **({"pool": pool} if pool is not None else {})}
+    for epoch in run_.epochs(state):  # Alg. 1 line 5: for T epochs
         t0 = time.perf_counter()
-        opt_g = generator_optimizer(gen, opt_g, cfg, rng, epoch)
+        opt_g = g_opt.for_epoch(rng, epoch)
         z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
         best_x = generation_stage(synth, z, y, opt_g, cfg, epoch, log, pool is not None)
         t1 = time.perf_counter()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import Items
 from ..clients import ClientUpload
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
@@ -107,9 +108,9 @@ def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> Se
     student = run_.student
     proxy, proxy_name = load_proxy(cfg, ctx)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
-    kd_losses = []
+    kd_losses: list[torch.Tensor] = []
     student.train()
-    for _epoch in run_.epochs():
+    for _epoch in run_.epochs({"opt_s": opt_s, "kd_losses": Items(kd_losses, run_.device)}):
         ep = [ensemble_kd_step(run_.bank, student, opt_s, proxy_batch(run_, proxy, cfg, ctx),
                                cfg.kd_temperature, run_.amp)
               for _ in range(cfg.steps_per_epoch)]

@@ -14,9 +14,21 @@ from .base import ServerContext, ServerResult
 
 @dataclass(frozen=True)
 class FedOneShotConfig:
-    """``combine="mean_softmax"``: the paper "ensembles the predictions" (mean of softmax).
-    ⚑ ``preset="authors_code"``: FedCVAE's code takes a hard majority vote (ties → lowest
-    class)."""
+    """How the client classifiers' predictions are combined (``combine``, the
+    :class:`~ofl_core.combine.Ensemble` field of the same name).
+
+    ``"mean_softmax"`` (paper): FedCVAE §4.1, FedOneShot "ensembles the predictions of select
+    uploaded client classifiers", using all clients; we read "ensembles the predictions" as the
+    mean of the members' softmax outputs, whose argmax is the prediction.
+    ⚑ ``preset="authors_code"`` → ``"vote"``: FedCVAE's code (ceh-2000/fed_cvae,
+    ``servers/server_one_shot.py`` l. 127–142) takes each sampled user's argmax of softmax and
+    the ensemble's prediction is ``np.bincount(votes).argmax()``: a hard majority vote, ties to
+    the lowest class index (numpy's argmax returns the first maximum), one test image at a time
+    (``batch_size=1``). With ``one_shot_sampling=all`` (the paper's FedOneShot hyperparameters,
+    ``experiments/best_hyperparameters/*/oneshot.txt``) every client votes. The clients'
+    per-client initialisation of that code is client-side:
+    :func:`ofl_core.fedcvae.clients.baseline_local_config`.
+    """
 
     combine: Literal["mean_softmax", "vote", "mean_logits"] = "mean_softmax"
     preset: str = "paper"

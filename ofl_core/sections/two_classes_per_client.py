@@ -175,19 +175,26 @@ def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | 
 
 
 def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.PathLike,
-                          title: str) -> pd.DataFrame | None:
-    """Issue 20's teacher × regime table from the results file of
-    ``scripts/fedhydra_teacher_regime.py`` (default: the committed one): the table per setting
-    (mean ± std over seeds of the last and best accuracy), the teacher panel, the verdict
-    (non-diagnostic FedHydra variants vs DENSE on 2c/c) and ``teacher_regime_2cc.png``.
-    Returns the table (None when the file does not exist)."""
-    p = tr.RESULTS if path is None else path
+                          title: str, name: str = "teacher_regime_2cc",
+                          default: str | os.PathLike = tr.RESULTS,
+                          command: str = "scripts/fedhydra_teacher_regime.py"
+                          ) -> pd.DataFrame | None:
+    """Issue 20's teacher × regime table from a results file of
+    ``scripts/fedhydra_teacher_regime.py`` (``path``; None = ``default``, the committed quick
+    table): its scale and wall time when recorded, the table per setting (mean ± std over
+    seeds of the last and best accuracy), the teacher panel, the verdict (non-diagnostic
+    FedHydra variants vs DENSE on 2c/c) and ``<name>.png``. Returns the table (None when the
+    file does not exist: then it names the ``command`` that writes it)."""
+    p = default if path is None else path
     if not os.path.exists(p):
-        print(f"no results at {p}: run scripts/fedhydra_teacher_regime.py")
+        print(f"no results at {p}: run {command}")
         return None
     data = tr.load_results(p)
     table = tr.summarise(data)
-    print("server:", data["server"])
+    if data.get("scale"):
+        print("scale:", data["scale"])
+    print("server:", data["server"], "| clients' precision:",
+          data.get("clients", {}).get("precision", "?"), "| wall time:", tr.wall_time(data))
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(table[["setting", "variant", "n", "last", "best"]].to_string(index=False))
         print("teacher panel (no distillation; true_label_leaky uses the test labels):")
@@ -198,8 +205,7 @@ def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.
         print(f"{int(v.beats_dense.sum())}/{len(v)} FedHydra variants beat DENSE on 2c/c "
               f"(mean last); best: {top.variant} {top['last']:.2f} vs DENSE "
               f"{top.dense_last:.2f} over {top.n} seeds")
-    save_figure(plot_variant_bars(table[table.setting == "2c/c"], title), figures_dir,
-                "teacher_regime_2cc")
+    save_figure(plot_variant_bars(table[table.setting == "2c/c"], title), figures_dir, name)
     return table
 
 
