@@ -1,22 +1,90 @@
 """Test-wide settings: no progress bars, a private client cache, a non-interactive backend;
-the local-SLURM fixtures (``slurm_fixture.py``)."""
+the local-SLURM fixtures (``slurm_fixture.py``); the pytest-xdist groups and their order.
+
+The suite runs on ``-n auto`` workers (pyproject's addopts): each test file is one unit of
+work (its module fixtures are built once), except the groups named here; the client cache
+folder is the controller's, so every worker and notebook kernel shares it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-if "OFL_CACHE_DIR" not in os.environ:
-    os.environ["OFL_CACHE_DIR"] = tempfile.mkdtemp(prefix="ofl-test-cache-")
+#: the client cache folder this process made (and removes at the end), if any
+OWN_CACHE = None
+if "OFL_CACHE_DIR" not in os.environ:  # set by the controller, before it starts the workers
+    os.environ["OFL_CACHE_DIR"] = OWN_CACHE = tempfile.mkdtemp(prefix="ofl-test-cache-")
+
+#: intra-op threads of this process: the cores shared among the xdist workers, at most 2
+THREADS = max(1, min(2, (os.cpu_count() or 1)
+                     // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # and of the notebook kernels and child processes this worker starts
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(THREADS))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from slurm_fixture import slurm, slurm_session  # noqa: E402, F401 - the SLURM test fixtures
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(THREADS)
+
+#: test files that share a session fixture run on one worker, so it is built once
+SHARED_GROUPS = {
+    "tests/test_fedcvae_clients.py": "fedcvae_tiny", "tests/test_fedcvae_server.py": "fedcvae_tiny",
+    "tests/test_fedhydra_readings.py": "bars", "tests/test_fedhydra_server.py": "bars",
+    "tests/test_fedhydra_stratification.py": "bars",
+}
+#: files whose tests are spread over the workers one by one (they share no module fixture)
+ONE_BY_ONE = {"tests/test_notebooks.py", "tests/test_batch_executors.py",
+              "tests/test_batch_execute.py", "tests/test_notebook_outputs.py",
+              "tests/test_models.py", "tests/test_grouped_training.py", "tests/test_clients.py"}
+#: the longest groups, handed out first so that no worker starts one near the end; the SLURM
+#: tests mostly wait on the scheduler while the other workers run the rest
+FIRST = ("test_batch_slurm.py", "main_tables.ipynb", "test_notebooks.py",
+         "test_batch_executors.py", "test_models.py", "test_grouped_training.py",
+         "test_clients.py", "test_notebook_outputs.py", "test_batch_execute.py")
+
+
+def xdist_group(nodeid: str) -> str:
+    """The unit of work that ``nodeid`` belongs to: its test file, a shared group, or itself."""
+    path = nodeid.split("::", 1)[0]
+    return nodeid if path in ONE_BY_ONE else SHARED_GROUPS.get(path, path)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core and one more, as the SLURM and subprocess tests spend
+    most of their time waiting."""
+    return (os.cpu_count() or 1) + 1
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` (pyproject's addopts) refined by :func:`xdist_group`: xdist's own
+    ``loadgroup`` cannot rename nodes under pytest 9, so the grouping is done here."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if OWN_CACHE is not None:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out this order
+        rank = {name: i for i, name in enumerate(FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable
 
 
 @pytest.fixture
@@ -118,7 +186,7 @@ def make_bars(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]
     return (x * 255).round().to(torch.uint8).unsqueeze(1), y
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bars():
     """The 6-class bars data set (480 train, 300 test images)."""
     from ofl_core.data.datasets import ImageDataset
@@ -141,7 +209,12 @@ def bars_clients(data, scheme: str) -> tuple[list, object]:
     part = make_partition(data.y_train.numpy(), 3, scheme, seed=1, classes_per_client=2,
                           num_classes=C6)
     local = LocalTrainConfig(arch="cnn_mnist", epochs=3, batch_size=32)
-    uploads = train_clients(data, part, local, seed=1, workers=1, progress=False)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same clients whichever test file asks first
+    try:
+        uploads = train_clients(data, part, local, seed=1, workers=1, progress=False)
+    finally:
+        torch.set_num_threads(old)
 
     def evaluate(model: torch.nn.Module) -> float:
         return accuracy(model, data.x_test, data.y_test)
@@ -151,13 +224,13 @@ def bars_clients(data, scheme: str) -> tuple[list, object]:
     return uploads, ctx
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_per_client(bars):
     """Three cnn_mnist clients on 2c/c (client k holds classes 2k, 2k+1)."""
     return bars_clients(bars, "classes_per_client")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def iid_clients(bars):
     """Three cnn_mnist clients on an IID split (their mean ensemble is ≈ 100% accurate)."""
     return bars_clients(bars, "iid")

@@ -81,7 +81,7 @@ def slurm_session(tmp_path_factory):
             if p.returncode != 0:
                 lines = (p.stderr or p.stdout).strip().splitlines() or ["no output"]
                 _unavailable(f"no local SLURM: {lines[-1]}")
-        yield Slurm(mine=str(tmp_path_factory.getbasetemp().resolve()))
+        yield Slurm(mine=os.path.join(tmp_path_factory.getbasetemp().resolve(), ""))
         if started:
             try:  # the last session using it stops it
                 fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -111,9 +111,11 @@ def test_submitit_watcher_reports_the_scheduler_reason(fake_slurm, tmp_path):
     ex = SubmititExecutor(None, poll_seconds=0.05, queue=SlurmQueue(note=lambda m: None),
                           result_grace=0)
     futs = ex._track(jobs)
-    fake_slurm.write_text("8_0|CANCELLED\n8_1|CANCELLED\n8_2|FAILED\n8_3|COMPLETED\n")
+    # the results before the final states: a poll in between would see 8_1 CANCELLED with no
+    # result (result_grace=0) instead of its result written while it was being cancelled
     for j in jobs[1:]:
         j.finish()
+    fake_slurm.write_text("8_0|CANCELLED\n8_1|CANCELLED\n8_2|FAILED\n8_3|COMPLETED\n")
     done, pending = cf.wait(futs, timeout=30)
     ex.shutdown(wait=False)
     assert not pending

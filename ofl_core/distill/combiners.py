@@ -141,6 +141,15 @@ def stratification_stage(run_: DistillRun, cfg: Any, ctx: ServerContext, m: int,
     return given
 
 
+def require_given_weights(name: str, given: TeacherWeights | None, method: str) -> None:
+    """Refuse the diagnostic teacher ``name`` without explicit weights; the servers call this
+    before their stratification, so the refusal costs nothing."""
+    if name in DIAGNOSTIC and given is None:
+        raise ValueError(f"{method}: teacher {name!r} is a diagnostic that uses the clients' "
+                         "true label counts, never a method; pass its weights explicitly "
+                         "(teacher_weights=oracle_weights(counts))")
+
+
 def resolve_teacher_weights(name: str, strat: Stratification | None,
                             given: TeacherWeights | None, shape: tuple[int, int],
                             method: str) -> TeacherWeights | None:
@@ -151,10 +160,7 @@ def resolve_teacher_weights(name: str, strat: Stratification | None,
         if tuple(given.U_r.shape) != shape or tuple(given.U_c.shape) != shape:
             raise ValueError(f"{method}: teacher weights must be (C, m) = {shape}")
         return given
-    if name in DIAGNOSTIC:
-        raise ValueError(f"{method}: teacher {name!r} is a diagnostic that uses the clients' "
-                         "true label counts, never a method; pass its weights explicitly "
-                         "(teacher_weights=oracle_weights(counts))")
+    require_given_weights(name, given, method)
     if name not in WEIGHTED:
         return None
     assert strat is not None
@@ -179,4 +185,4 @@ class TeacherEnsemble(Ensemble):
 
 __all__ = ["DIAGNOSTIC", "LABELLED", "TEACHERS", "WEIGHTED", "Teacher", "TeacherEnsemble",
            "TeacherWeights", "check_teacher", "combine_teachers", "oracle_weights",
-           "resolve_teacher_weights", "stratification_stage"]
+           "require_given_weights", "resolve_teacher_weights", "stratification_stage"]

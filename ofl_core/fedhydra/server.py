@@ -33,6 +33,7 @@ from ..distill.combiners import (
     TeacherEnsemble,
     TeacherWeights,
     combine_teachers,
+    require_given_weights,
     resolve_teacher_weights,
     stratification_stage,
 )
@@ -333,6 +334,7 @@ def run_fedhydra(
     repeating the m·C generator trainings; it must come from the same uploads) and optional
     teacher weights instead of the stratification's (required by the diagnostic
     ``teacher="oracle"``: :func:`~ofl_core.distill.combiners.oracle_weights`)."""
+    require_given_weights(cfg.teacher, teacher_weights, "FedHydra")
     run_ = open_run(uploads, cfg, ctx, "FedHydra", "fedhydra", student_state=student_state,
                     fuse_student=False, inputs={"stratification": stratification,
                                                 "teacher_weights": teacher_weights})

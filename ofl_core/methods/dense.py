@@ -24,6 +24,7 @@ from ..distill.combiners import (
     WEIGHTED,
     TeacherWeights,
     combine_teachers,
+    require_given_weights,
     resolve_teacher_weights,
     stratification_stage,
 )
@@ -343,6 +344,7 @@ def dense_teacher_weights(run_: DistillRun, cfg: DenseConfig, ctx: ServerContext
     stratification (Alg. 2) of the clients."""
     if cfg.teacher not in WEIGHTED:
         return None
+    require_given_weights(cfg.teacher, given, "DENSE")
     strat = None
     if given is None:
         strat = stratification_stage(run_, cfg, ctx, m, stratification)
