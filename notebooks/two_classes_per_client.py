@@ -62,7 +62,8 @@ device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
 figures_dir: str = "../figures/two_classes_per_client"
-teacher_regime_results: Optional[str] = None  # None = results/fedhydra_teacher_regime.json
+# None = results/fedhydra_teacher_regime.json (the quick-scale teacher × regime table)
+teacher_regime_results: Optional[str] = None
 # None = results/fedhydra_teacher_regime_fmnist_full.json (the paper-scale run, when it exists)
 teacher_regime_full_results: Optional[str] = None
 

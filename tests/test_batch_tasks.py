@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 import json
 
 import nbformat
 import pytest
 
 from ofl_core.batch.tasks import (
+    NOTEBOOK_DIR,
+    RUNNER_PARAMETERS,
     Task,
     TaskResult,
     TaskSpec,
     is_finished,
     load_grid,
+    notebook_defaults,
     result_from_dict,
     result_to_dict,
     task_id,
@@ -62,3 +66,15 @@ def test_spec_and_result_round_trip_through_json():
     assert TaskSpec.from_json(spec.to_json()) == spec
     res = TaskResult(spec.task, "abc", "failed", 1.5, "boom")
     assert result_from_dict(json.loads(json.dumps(result_to_dict(res)))) == res
+
+
+@pytest.mark.parametrize("nb", sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")))
+def test_every_parameter_of_a_notebook_is_read_by_papermill(nb):
+    """papermill skips a parameters-cell line it cannot parse (e.g. an annotated assignment with
+    a trailing comment) with only a log line; the report's scale and coverage would then miss
+    that parameter's default."""
+    cell = next(c for c in nbformat.read(NOTEBOOK_DIR / f"{nb}.ipynb", as_version=4).cells
+                if "parameters" in c.metadata.get("tags", []))
+    assigned = {t.target.id if isinstance(t, ast.AnnAssign) else t.targets[0].id
+                for t in ast.parse(cell.source).body if isinstance(t, ast.AnnAssign | ast.Assign)}
+    assert assigned - set(RUNNER_PARAMETERS) == set(notebook_defaults(nb))
