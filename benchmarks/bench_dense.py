@@ -1,5 +1,7 @@
-"""Speed of DENSE's server side: ofl_core's implementation vs a straightforward one written the
-way DENSE's public code (zj-jayzhang/DENSE, ``loop_df_fl.py --type=kd_train``) runs it.
+"""Speed of DENSE's server side: ofl_core's implementation vs a straightforward one.
+
+The straightforward one is written the way DENSE's public code (zj-jayzhang/DENSE,
+``loop_df_fl.py --type=kd_train``) runs it.
 
 **The straightforward version** (:class:`StraightforwardDense`, below) is DENSE's server loop
 for the ``authors_code`` setting as that code executes it, written from scratch in plain

@@ -18,8 +18,17 @@ temporary cache). Run one stage at a time on an idle machine:
     OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage fedcvae --threads 1
     python benchmarks/bench_stages.py --stage local --threads 2
 
-(``dense`` trains its clients first, untimed, or loads them from ``--cache-dir``.) Options:
-``--amp`` (bfloat16 autocast for local training and the server), ``--trainer`` (grouped or
+(``dense`` trains its clients first, untimed, with the library's default local precision, or
+loads them from ``--cache-dir``; there ``--precision`` sets the server's arithmetic and
+``--seed`` the server seed, so that
+
+    for s in 1 2 3; do for p in fp32 bf16; do OMP_NUM_THREADS=1 python \
+      benchmarks/bench_stages.py --stage dense --precision $p --seed $s --cache-dir C; done; done
+
+gives the float32-vs-bfloat16 accuracy check on the same clients.) Options:
+``--precision`` (``default``: the library's defaults, i.e. local training in bfloat16 where
+the CPU has it natively and the servers in float32; ``fp32`` or ``bf16`` for everything),
+``--trainer`` (grouped or
 sequential client training).
 """
 
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 
@@ -36,25 +46,36 @@ from ofl_core.experiment import (
     ExperimentConfig,
     configure_methods,
     method_config,
-    run_one,
     setup_experiment,
 )
+from ofl_core.methods import run_method
 
 AUTHORS = {"local": 418.0, "dense": 685.0, "fedcvae": 374.0}
 
 
-def dense_experiment(cache_dir: str, amp: bool) -> ExperimentConfig:
-    local = LocalTrainConfig.for_preset("authors_code", epochs=20, batch_size=128, amp=amp)
+def local_amp(precision: str) -> bool | str:
+    """Local training's ``amp`` for ``--precision`` ("default" = the library's "auto")."""
+    return {"default": "auto", "fp32": False, "bf16": True}[precision]
+
+
+def server_amp(precision: str) -> bool:
+    """A server method's ``amp`` for ``--precision`` ("default" = the library's, float32)."""
+    return precision == "bf16"
+
+
+def dense_experiment(cache_dir: str, precision: str) -> ExperimentConfig:
+    local = LocalTrainConfig.for_preset("authors_code", epochs=20, batch_size=128,
+                                        amp=local_amp(precision))
     return ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=0.1, num_clients=5,
                             seed=1, local=local, cache_dir=cache_dir, experiment="bench")
 
 
-def stage_local(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
+def stage_local(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
     from ofl_core.client_training import train_clients
     from ofl_core.data.partition import make_partition
     from ofl_core.experiment import load_experiment_data
 
-    exp = dense_experiment(cache_dir, amp)
+    exp = dense_experiment(cache_dir, precision)
     ds = load_experiment_data(exp)
     part = make_partition(ds.y_train.numpy(), exp.num_clients, exp.partition, alpha=exp.alpha,
                           seed=exp.seed)
@@ -65,19 +86,25 @@ def stage_local(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
     return secs, f"{len(ups)} clients, sizes {part.sizes.tolist()}"
 
 
-def stage_dense(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
-    exp = dense_experiment(cache_dir, amp)
+def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
+    # the clients always as the library trains them by default, so that float32 and bfloat16
+    # servers distil the same teachers; ``precision`` is the server's
+    exp = dense_experiment(cache_dir, "default")
     setup = setup_experiment(exp)  # clients trained (untimed) or loaded from the cache
+    # the authors' 685 s used batch 128 for the synthetic and the KD batches
     cfg = method_config("dense", "authors_code", epochs=30, steps_per_epoch=30, batch_size=128,
-                        amp=amp)
-    t0 = time.perf_counter()
-    rec, _ = run_one(setup, "dense", cfg)
-    secs = time.perf_counter() - t0
-    return secs, f"last {rec.last_acc:.2f} best {rec.best_acc:.2f} (ensemble " \
-                 f"{setup.ensemble_acc:.2f})"
+                        kd_batch_size=128, amp=server_amp(precision))
+    with tempfile.TemporaryDirectory() as servers:
+        # checkpoints are written as in a real run, but to a fresh folder: never resumed
+        ctx = replace(setup.context(seed=seed), cache_dir=servers)
+        t0 = time.perf_counter()
+        res = run_method("dense", setup.uploads, cfg, ctx)
+        secs = time.perf_counter() - t0
+    return secs, f"server seed {seed}: last {res.curve[-1]:.2f} best {max(res.curve):.2f} " \
+                 f"(ensemble {setup.ensemble_acc:.2f})"
 
 
-def stage_fedcvae(cache_dir: str, amp: bool, trainer: str) -> tuple[float, str]:
+def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
     from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
     from ofl_core.tables import Serves, run_tables
 
@@ -98,16 +125,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stage", choices=sorted(STAGES), required=True)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--amp", action="store_true", help="bfloat16 autocast")
+    ap.add_argument("--precision", default="default", choices=("default", "fp32", "bf16"),
+                    help="default: the library's defaults (local training in bfloat16 where "
+                    "native, servers in float32); fp32 / bf16: everything in that precision")
     ap.add_argument("--trainer", default="auto", choices=("auto", "grouped", "sequential"))
+    ap.add_argument("--seed", type=int, default=1,
+                    help="server seed of the dense stage (its clients stay those of seed 1)")
     ap.add_argument("--cache-dir", default=None, help="client cache (default: a fresh one)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        secs, note = STAGES[args.stage](args.cache_dir or tmp, args.amp, args.trainer)
+        secs, note = STAGES[args.stage](args.cache_dir or tmp, args.precision, args.trainer,
+                                        args.seed)
     peer = AUTHORS[args.stage]
     print(f"{args.stage}: {secs:.1f} s at {args.threads} thread(s)"
-          f"{' bf16' if args.amp else ''}; authors' code {peer:.0f} s → {peer / secs:.2f}× "
+          f", precision {args.precision}; authors' code {peer:.0f} s → {peer / secs:.2f}× "
           f"({note})")
 
 

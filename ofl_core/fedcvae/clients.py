@@ -85,6 +85,11 @@ class CVAETrainConfig:
     - ``prior_mean``: secret prior centre μ (security shift, §3.3); None = N(0, I).
     - ``shared_init``: all clients of a variant start from the same weights (off: Alg. 3 line 2
       initialises each client's CVAE itself, and so does the authors' code by default).
+
+    Speed options (same arithmetic up to float rounding; not part of the cache key):
+    ``channels_last`` (convolutions on NHWC activations; "auto" = on the CPU) and
+    ``fused_adam`` (one fused kernel per Adam step instead of per-tensor foreach ops; "auto" =
+    always). Measured in docs/decisions.md ("FedCVAE's client phase against the core's limit").
     """
 
     variant: str = "cvae"
@@ -99,6 +104,8 @@ class CVAETrainConfig:
     label_noise_gamma: float = 0.0
     label_noise: Literal["variance", "std"] = "variance"
     label_noise_seed: int | None = None
+    channels_last: bool | Literal["auto"] = "auto"
+    fused_adam: bool | Literal["auto"] = "auto"
     preset: str = "paper"
 
     def __post_init__(self) -> None:
@@ -137,7 +144,8 @@ class CVAETrainConfig:
     def training_fields(self) -> dict:
         """The fields that determine the trained decoder (the cache key's part)."""
         d = asdict(self)
-        for k in ("label_noise_gamma", "label_noise", "label_noise_seed", "preset"):
+        for k in ("label_noise_gamma", "label_noise", "label_noise_seed", "preset",
+                  "channels_last", "fused_adam"):
             d.pop(k)
         return d
 
@@ -207,7 +215,11 @@ def train_cvae(
         model = build_cvae(cfg.variant, num_classes, int(x.shape[1]), int(x.shape[-1]),
                            cfg.latent_dim, cfg.condition_encoder, cfg.prior_mean)
     model.to(dev).train()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    channels_last = dev.type == "cpu" if cfg.channels_last == "auto" else bool(cfg.channels_last)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    fused = True if cfg.fused_adam == "auto" else bool(cfg.fused_adam)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused or None)
     gen = torch.Generator(device=dev).manual_seed(int(seed))
     xd, yd = x.to(dev), y.to(dev)
     n = len(yd)
@@ -218,13 +230,17 @@ def train_cvae(
         total = torch.zeros((), device=dev)
         for s in range(steps):
             idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            loss = cvae_loss(model, xd[idx].float().div_(255.0), yd[idx], cfg.beta, gen)
+            xb = xd[idx].float().div_(255.0)
+            if channels_last:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            loss = cvae_loss(model, xb, yd[idx], cfg.beta, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             total += loss.detach() * len(idx)
         history.append(float(total) / max(n, 1))  # one host sync per epoch
-    state = {k: v.detach().cpu().clone() for k, v in model.decoder.state_dict().items()}
+    state = {k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
+             for k, v in model.decoder.state_dict().items()}
     return state, history
 
 
