@@ -586,7 +586,7 @@ def run_ours_epochs(m: int, epochs: int, g_steps: int, batch: int, x_test: torch
     ctx = ServerContext(num_classes=10, in_channels=1, image_size=28, seed=1,
                         evaluate=evaluate, progress=False)
     cfg = method_config("dense", "authors_code", epochs=epochs, steps_per_epoch=g_steps,
-                        batch_size=batch, kd_batch_size=batch)
+                        batch_size=batch, kd_batch_size=batch, amp=False)  # float32, as theirs
     dense_module.distillation_stage = timed_stage
     try:
         start = time.perf_counter()

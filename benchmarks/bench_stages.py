@@ -26,8 +26,9 @@ loads them from ``--cache-dir``; there ``--precision`` sets the server's arithme
       benchmarks/bench_stages.py --stage dense --precision $p --seed $s --cache-dir C; done; done
 
 gives the float32-vs-bfloat16 accuracy check on the same clients.) Options:
-``--precision`` (``default``: the library's defaults, i.e. local training in bfloat16 where
-the CPU has it natively and the servers in float32; ``fp32`` or ``bf16`` for everything),
+``--precision`` (``default``: the library's defaults, i.e. bfloat16 where the CPU has it
+natively for local training and DENSE's server, float32 for the FedCVAE stage; ``fp32`` or
+``bf16`` for everything),
 ``--trainer`` (grouped or
 sequential client training).
 """
@@ -58,9 +59,10 @@ def local_amp(precision: str) -> bool | str:
     return {"default": "auto", "fp32": False, "bf16": True}[precision]
 
 
-def server_amp(precision: str) -> bool:
-    """A server method's ``amp`` for ``--precision`` ("default" = the library's, float32)."""
-    return precision == "bf16"
+def server_amp(precision: str) -> dict[str, bool]:
+    """A server method's ``amp`` override for ``--precision`` (none for "default": the
+    method's own default)."""
+    return {} if precision == "default" else {"amp": precision == "bf16"}
 
 
 def dense_experiment(cache_dir: str, precision: str) -> ExperimentConfig:
@@ -93,7 +95,7 @@ def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int) -> tupl
     setup = setup_experiment(exp)  # clients trained (untimed) or loaded from the cache
     # the authors' 685 s used batch 128 for the synthetic and the KD batches
     cfg = method_config("dense", "authors_code", epochs=30, steps_per_epoch=30, batch_size=128,
-                        kd_batch_size=128, amp=server_amp(precision))
+                        kd_batch_size=128, **server_amp(precision))
     with tempfile.TemporaryDirectory() as servers:
         # checkpoints are written as in a real run, but to a fresh folder: never resumed
         ctx = replace(setup.context(seed=seed), cache_dir=servers)
@@ -126,8 +128,8 @@ def main() -> None:
     ap.add_argument("--stage", choices=sorted(STAGES), required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precision", default="default", choices=("default", "fp32", "bf16"),
-                    help="default: the library's defaults (local training in bfloat16 where "
-                    "native, servers in float32); fp32 / bf16: everything in that precision")
+                    help="default: the library's defaults (bfloat16 where native for local "
+                    "training and DENSE); fp32 / bf16: everything in that precision")
     ap.add_argument("--trainer", default="auto", choices=("auto", "grouped", "sequential"))
     ap.add_argument("--seed", type=int, default=1,
                     help="server seed of the dense stage (its clients stay those of seed 1)")

@@ -200,7 +200,8 @@ class Setup:
             data_source=self.dataset.name,
             best_client_acc=round(max(accs), 4) if accs else None,
             mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
-            precision=precision_label(self.local_amp, bool(getattr(config, "amp", False))),
+            precision=precision_label(self.local_amp,
+                                      resolve_amp(getattr(config, "amp", False), self.device)),
         )
 
 

@@ -20,6 +20,7 @@ from ofl_core.methods.dafl import FedDAFLConfig
 from ofl_core.methods.dense import DenseConfig, DenseSynthesizer
 from ofl_core.methods.feddf import FedDFConfig, adapt_images
 from ofl_core.multi_round import run_rounds, server_for
+from ofl_core.precision import native_bf16
 
 
 def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,6 +135,22 @@ def test_heterogeneous_clients_need_student_arch() -> None:
     res = run_method("dense", ups, DenseConfig(**{**TINY, "epochs": 1, "steps_per_epoch": 1},
                                                 student_arch="lenet"), ctx)
     assert res.extras["student_arch"] == "lenet" and res.curve == [] and res.last_acc is None
+
+
+def test_amp_default_is_bf16_where_native_and_false_keeps_float32() -> None:
+    """DENSE's server runs in bfloat16 by default where the CPU has it (measured unchanged,
+    docs/decisions.md), float32 with ``amp=False``; the result says which, and the autocast
+    really is on: the same run differs from the float32 one only where bfloat16 is native."""
+    ups = [_fresh_upload("cnn_mnist", k) for k in range(2)]
+    ctx = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False, seed=3)
+    tiny = {**TINY, "epochs": 1, "steps_per_epoch": 2}
+    assert DenseConfig().amp == "auto" and DenseConfig.for_preset("authors_code").amp == "auto"
+    auto = run_method("dense", ups, DenseConfig(**tiny), ctx)
+    fp32 = run_method("dense", ups, DenseConfig(**tiny, amp=False), ctx)
+    assert auto.extras["amp"] is native_bf16("cpu") and fp32.extras["amp"] is False
+    same = all(torch.equal(a, b) for a, b in zip(auto.model.state_dict().values(),
+                                                 fp32.model.state_dict().values(), strict=True))
+    assert same is not native_bf16("cpu")
 
 
 def test_multi_round_rejects_heterogeneous_clients(quadrants: ImageDataset) -> None:

@@ -26,7 +26,8 @@ class DistillConfig:
     clients' architecture (homogeneous clients; required for heterogeneous ones);
     ``eval_every``: test-curve cadence in epochs. Speed options (same results up to float
     rounding, except ``amp``): ``batched_teachers`` (vmap; "auto" = on CUDA),
-    ``channels_last`` ("auto" = on the CPU), ``amp`` (bfloat16 autocast; off by default).
+    ``channels_last`` ("auto" = on the CPU), ``amp`` (bfloat16 autocast; off by default here,
+    "auto" = where native for DENSE).
 
     A subclass adds its own fields and calls :func:`check_distill_config` with them from its
     ``__post_init__``."""

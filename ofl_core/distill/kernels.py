@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..precision import Amp, resolve_amp
+
 
 class MaxPoolReLU(nn.Module):
     """``relu(maxpool(x))``, which equals ``maxpool(relu(x))`` (ReLU is monotone) in value and
@@ -136,10 +138,11 @@ def narrow_input_convs(model: nn.Module) -> Callable[[], None]:
     return restore
 
 
-def autocast_context(device: str | torch.device, enabled: bool) -> torch.autocast:
-    """bfloat16 autocast on ``device`` when ``enabled`` (CPU with AMX/AVX512-BF16, or CUDA)."""
+def autocast_context(device: str | torch.device, enabled: Amp) -> torch.autocast:
+    """bfloat16 autocast on ``device`` when ``enabled`` (True, or "auto" where bfloat16 is
+    native: a CPU with AMX/AVX512-BF16, or CUDA)."""
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
-                          enabled=enabled)
+                          enabled=resolve_amp(enabled, device))
 
 
 __all__ = ["MaxPoolReLU", "NarrowInputConv2d", "autocast_context", "fuse_relu_maxpool",

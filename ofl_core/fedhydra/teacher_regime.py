@@ -123,8 +123,9 @@ class Variant:
         return self.teacher in DIAGNOSTIC
 
     def config(self, server: dict) -> object:
-        return method_config(self.method, "paper", **server, teacher=self.teacher,
-                             kd_data=self.kd_data, strat_u=self.strat_u)
+        # float32 for every row (DENSE's default is bfloat16 where native, FedHydra's float32)
+        return method_config(self.method, "paper", **{"amp": False, **server},
+                             teacher=self.teacher, kd_data=self.kd_data, strat_u=self.strat_u)
 
 
 PAPER = Variant("fedhydra", "sa", "intermediate")  # FedHydra as written (the paper preset)
