@@ -50,6 +50,7 @@ from ofl_core.experiment import (
     setup_experiment,
 )
 from ofl_core.methods import run_method
+from ofl_core.precision import resolve_amp
 
 AUTHORS = {"local": 418.0, "dense": 685.0, "fedcvae": 374.0}
 
@@ -120,6 +121,16 @@ def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int) -> tu
     return secs, f"last {tables.records[0].last_acc:.2f}"
 
 
+def resolved_precision(args: argparse.Namespace) -> str:
+    """What ``--precision`` meant on this machine for the stage, e.g. ``server bf16``."""
+    if args.stage == "fedcvae":
+        return "float32"
+    if args.stage == "local":
+        return f"local {'bf16' if resolve_amp(local_amp(args.precision), 'cpu') else 'fp32'}"
+    amp = server_amp(args.precision).get("amp", method_config("dense", "authors_code").amp)
+    return f"clients local default, server {'bf16' if resolve_amp(amp, 'cpu') else 'fp32'}"
+
+
 STAGES = {"local": stage_local, "dense": stage_dense, "fedcvae": stage_fedcvae}
 
 
@@ -129,20 +140,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precision", default="default", choices=("default", "fp32", "bf16"),
                     help="default: the library's defaults (bfloat16 where native for local "
-                    "training and DENSE); fp32 / bf16: everything in that precision")
+                    "training and DENSE's server); fp32 / bf16: local training (the local "
+                    "stage) or DENSE's server (the dense stage) in that precision; the "
+                    "fedcvae stage is float32 only")
     ap.add_argument("--trainer", default="auto", choices=("auto", "grouped", "sequential"))
     ap.add_argument("--seed", type=int, default=1,
                     help="server seed of the dense stage (its clients stay those of seed 1)")
     ap.add_argument("--cache-dir", default=None, help="client cache (default: a fresh one)")
     args = ap.parse_args()
+    if args.stage == "fedcvae" and args.precision != "default":
+        ap.error("--precision: FedCVAE has no bfloat16 path (the fedcvae stage is float32)")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         secs, note = STAGES[args.stage](args.cache_dir or tmp, args.precision, args.trainer,
                                         args.seed)
     peer = AUTHORS[args.stage]
     print(f"{args.stage}: {secs:.1f} s at {args.threads} thread(s)"
-          f", precision {args.precision}; authors' code {peer:.0f} s → {peer / secs:.2f}× "
-          f"({note})")
+          f", precision {args.precision} ({resolved_precision(args)}); authors' code "
+          f"{peer:.0f} s → {peer / secs:.2f}× ({note})")
 
 
 if __name__ == "__main__":

@@ -252,6 +252,8 @@ def train_clients(
     if kind is CLASSIFIER:  # "auto" precision depends on the machine: key what it resolves to
         keys = [{**key, "amp": resolve_amp(c.amp, device)} for key, c in zip(keys, cfgs,
                                                                               strict=True)]
+    if kind is DECODER:  # channels-last / fused Adam round differently: their own entries
+        keys = [{**key, **c.speed_key(device)} for key, c in zip(keys, cfgs, strict=True)]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
         states = cached_states(cache, kind, keys, dataset, partition, cfgs, seed)
         todo = [k for k in range(m) if k not in states]

@@ -30,9 +30,13 @@ def _cpu_has_bf16() -> bool:
 
 
 def native_bf16(device: str | torch.device) -> bool:
-    """Whether ``device`` computes bfloat16 natively (CUDA, or a CPU with BF16 instructions)."""
-    kind = torch.device(device).type
-    return kind == "cuda" or (kind == "cpu" and _cpu_has_bf16())
+    """Whether ``device`` computes bfloat16 natively: a CUDA GPU with bfloat16 arithmetic
+    (Ampere or later; older GPUs only emulate it), or a CPU with BF16 instructions."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(
+            including_emulation=False)
+    return dev.type == "cpu" and _cpu_has_bf16()
 
 
 def resolve_amp(amp: Amp, device: str | torch.device) -> bool:

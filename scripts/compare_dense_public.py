@@ -184,9 +184,12 @@ def teachers_report(states: list[dict[str, torch.Tensor]], ds: ImageDataset,
 def ofl_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> DenseConfig:
     """ofl's DENSE ``authors_code`` preset at the comparison's budget (one batch size for the
     synthetic batch and the KD batch, as ``--batch_size``/``--synthesis_batch_size``)."""
+    # float32 as the public code, unless an override asks otherwise (DENSE's default is
+    # bfloat16 where native)
     return DenseConfig.for_preset(
         "authors_code", epochs=args.epochs, steps_per_epoch=args.g_steps,
-        batch_size=args.batch_size, kd_batch_size=args.batch_size, **(overrides or {}))
+        batch_size=args.batch_size, kd_batch_size=args.batch_size,
+        **{"amp": False, **(overrides or {})})
 
 
 def public_arguments(cfg: DenseConfig, args: argparse.Namespace, seed: int, teachers: Path,

@@ -40,3 +40,17 @@ def test_quick_defaults_to_one_notebook_per_core_and_grids_to_one(monkeypatch, t
     assert jobs(["--quick", "--cluster-config", str(cfg)]) == 3  # a file's value wins
     monkeypatch.setattr(run_all.os, "cpu_count", lambda: 64)
     assert jobs(["--quick"]) == run_all.QUICK_JOBS_MAX
+
+
+def test_quick_starts_the_longest_notebooks_first(monkeypatch):
+    """Longest-processing-time-first: the quick run's longest notebook must not start last
+    (it kept one core busy alone at the end); an unknown notebook counts as the longest."""
+    notebooks = run_all.list_notebooks()
+    order = [t.notebook for t in run_all.make_tasks(run_all.parse_args(["--quick"]))]
+    assert sorted(order) == sorted(notebooks)
+    assert order[0] == max(notebooks, key=lambda n: run_all.QUICK_SECONDS.get(n, 0))
+    secs = [run_all.QUICK_SECONDS[n] for n in order]
+    assert secs == sorted(secs, reverse=True)
+    monkeypatch.setattr(run_all, "list_notebooks", lambda: [*notebooks, "zz_new"])
+    monkeypatch.setattr(run_all, "check_parameters", lambda task: None)
+    assert run_all.make_tasks(run_all.parse_args(["--quick"]))[0].notebook == "zz_new"

@@ -189,6 +189,30 @@ def test_cache_reuses_decoders_and_noise_does_not_retrain(fedcvae_tiny: dict, tm
     assert len(cache) == 8  # the encoder's conditioning changes the decoder: a new entry
 
 
+def test_speed_options_get_their_own_cache_entries_and_plain_uploads(fedcvae_tiny: dict,
+                                                                      tmp_path) -> None:
+    """Channels-last / fused Adam round differently: a decoder trained with them is never
+    served for one trained without (nor the reverse); with both off the key is the one from
+    before the options existed; uploads are plain contiguous tensors either way."""
+    ds, part = fedcvae_tiny["ds"], fedcvae_tiny["part"]
+    fast = dataclasses.replace(fedcvae_tiny["cfg"], epochs=1)
+    plain = dataclasses.replace(fast, channels_last=False, fused_adam=False)
+    assert fast.speed_key("cpu") == {"channels_last": True, "fused_adam": True}
+    assert fast.speed_key("cuda") == {"fused_adam": True} and plain.speed_key("cpu") == {}
+    assert fast.training_fields() == plain.training_fields()  # the pre-option key payload
+    cache = UploadCache(tmp_path)
+    ups_fast = train_clients(ds, part, fast, seed=5, cache=cache, workers=1, progress=False)
+    ups_plain = train_clients(ds, part, plain, seed=5, cache=cache, workers=1, progress=False)
+    assert cache.misses == 8 and len(cache) == 8
+    for a, b in zip(ups_fast, ups_plain, strict=True):
+        assert a.state_dict.keys() == b.state_dict.keys()
+        assert all(v.is_contiguous() for u in (a, b) for v in u.state_dict.values())
+    # rounding differs (Adam turns the rounding noise of near-zero gradients, e.g. a bias
+    # before BN, into full-size steps), hence the separate entries
+    assert any(not torch.equal(a.state_dict[k], b.state_dict[k])
+               for a, b in zip(ups_fast, ups_plain, strict=True) for k in a.state_dict)
+
+
 def test_uploads_carry_no_training_images(fedcvae_tiny: dict) -> None:
     """No uploaded tensor is (a reshaped copy of) a training image."""
     train = F.normalize(fedcvae_tiny["ds"].x_train.float().flatten(1), dim=1)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..precision import resolve_amp
+
 if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this package
     from ..methods.base import ServerContext
 
@@ -79,6 +81,8 @@ def server_payload(ctx: ServerContext, method: str, uploads: Sequence[Any], cfg:
         "seed": int(ctx.seed),
         "task": [ctx.num_classes, ctx.in_channels, ctx.image_size],
         "device": torch.device(ctx.device).type,
+        # "auto" means bfloat16 on one machine and float32 on another: the key says which
+        "amp": resolve_amp(getattr(cfg, "amp", False), ctx.device),
         "evaluate": ctx.eval_key if ctx.evaluate is not None else None,
         "torch": torch.__version__,
         "code": library_digest(),

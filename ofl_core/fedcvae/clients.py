@@ -86,10 +86,12 @@ class CVAETrainConfig:
     - ``shared_init``: all clients of a variant start from the same weights (off: Alg. 3 line 2
       initialises each client's CVAE itself, and so does the authors' code by default).
 
-    Speed options (same arithmetic up to float rounding; not part of the cache key):
-    ``channels_last`` (convolutions on NHWC activations; "auto" = on the CPU) and
-    ``fused_adam`` (one fused kernel per Adam step instead of per-tensor foreach ops; "auto" =
-    always). Measured in docs/decisions.md ("FedCVAE's client phase against the core's limit").
+    Speed options (same arithmetic up to float rounding): ``channels_last`` (convolutions on
+    NHWC activations; "auto" = on the CPU) and ``fused_adam`` (one fused kernel per Adam step
+    instead of per-tensor foreach ops; "auto" = always). A decoder trained with either gets
+    its own cache entry (:meth:`speed_key`), so a cached result never depends on which code
+    filled the cache; with both off the keys are those from before the options existed.
+    Measured in docs/decisions.md ("Speed against the authors' code", FedCVAE-Ens).
     """
 
     variant: str = "cvae"
@@ -140,6 +142,18 @@ class CVAETrainConfig:
     def for_preset(cls, preset: str = "paper", **overrides: object) -> CVAETrainConfig:
         """FMNIST FedCVAE-Ens settings for ``preset`` (see :meth:`for_dataset`)."""
         return cls.for_dataset("fmnist", "ens", preset, **overrides)
+
+    def resolved_speed(self, device: str | torch.device) -> tuple[bool, bool]:
+        """(channels_last, fused_adam) as they apply on ``device``."""
+        cl = (torch.device(device).type == "cpu" if self.channels_last == "auto"
+              else bool(self.channels_last))
+        return cl, True if self.fused_adam == "auto" else bool(self.fused_adam)
+
+    def speed_key(self, device: str | torch.device) -> dict[str, bool]:
+        """The cache-key entries of the speed options in effect on ``device`` (none when both
+        are off: the arithmetic of decoders cached before these options existed)."""
+        cl, fused = self.resolved_speed(device)
+        return {k: True for k, on in (("channels_last", cl), ("fused_adam", fused)) if on}
 
     def training_fields(self) -> dict:
         """The fields that determine the trained decoder (the cache key's part)."""
@@ -215,10 +229,9 @@ def train_cvae(
         model = build_cvae(cfg.variant, num_classes, int(x.shape[1]), int(x.shape[-1]),
                            cfg.latent_dim, cfg.condition_encoder, cfg.prior_mean)
     model.to(dev).train()
-    channels_last = dev.type == "cpu" if cfg.channels_last == "auto" else bool(cfg.channels_last)
+    channels_last, fused = cfg.resolved_speed(dev)
     if channels_last:
         model.to(memory_format=torch.channels_last)
-    fused = True if cfg.fused_adam == "auto" else bool(cfg.fused_adam)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused or None)
     gen = torch.Generator(device=dev).manual_seed(int(seed))
     xd, yd = x.to(dev), y.to(dev)

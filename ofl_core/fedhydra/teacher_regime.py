@@ -123,8 +123,8 @@ class Variant:
         return self.teacher in DIAGNOSTIC
 
     def config(self, server: dict) -> object:
-        # float32 for every row (DENSE's default is bfloat16 where native, FedHydra's float32)
-        return method_config(self.method, "paper", **{"amp": False, **server},
+        # float32 for every row, as the label says (DENSE's default is bfloat16 where native)
+        return method_config(self.method, "paper", **{**server, "amp": False},
                              teacher=self.teacher, kd_data=self.kd_data, strat_u=self.strat_u)
 
 
