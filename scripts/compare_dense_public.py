@@ -399,6 +399,30 @@ def cmd_table(args: argparse.Namespace) -> None:
                      f"{t['ensemble_ofl']:.2f} / public {t['ensemble_public']:.2f}")
         print(head)
         print("\n".join(curve_table(rows, args.every)))
+        for line in agreement(rows, args.every, args.tolerance):
+            print(line)
+
+
+def agreement(rows: list[dict[str, Any]], every: int, tolerance: float) -> list[str]:
+    """Per side: whether its mean curve is within ``tolerance`` points of the public code's at
+    every ``every``-th epoch (issue 19's criterion: 1.5), with the largest gap."""
+    out = []
+    epochs = max(len(r["curve"]) for r in rows)
+    for side in sorted({r["side"] for r in rows} - {"public"}):
+        gaps = []
+        for e in range(every, epochs + 1, every):
+            mine, pub = side_values(rows, side, e), side_values(rows, "public", e)
+            if mine and pub:
+                gaps.append((abs(statistics.mean(mine) - statistics.mean(pub)), e))
+        if not gaps:
+            continue
+        worst, at = max(gaps)
+        n = len([r for r in rows if r["side"] == side]), len(
+            [r for r in rows if r["side"] == "public"])
+        verdict = "yes" if worst <= tolerance else "no"
+        out.append(f"{side} within {tolerance} of public at every {every}th epoch: {verdict} "
+                   f"(largest |Δ| {worst:.2f} at epoch {at}; seeds {n[0]} / {n[1]})")
+    return out
 
 
 def main() -> None:
@@ -409,6 +433,7 @@ def main() -> None:
         p.add_argument("--out", type=Path, default=Path("results/dense_public"))
         if name == "table":
             p.add_argument("--every", type=int, default=5)
+            p.add_argument("--tolerance", type=float, default=1.5)
             continue
         p.add_argument("--beta", type=float, required=True)
         p.add_argument("--teachers", type=Path, required=True,
