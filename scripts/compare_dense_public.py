@@ -355,11 +355,13 @@ def mean_sd(values: list[float]) -> str:
 
 
 def side_values(rows: list[dict[str, Any]], side: str, epoch: int | str) -> list[float]:
-    """One value per server seed of ``side``: the accuracy after ``epoch`` (1-based), or each
-    curve's maximum for ``"best"``."""
+    """One value per server seed of ``side``: the accuracy after ``epoch`` (1-based), each
+    curve's maximum for ``"best"``, or its mean over the last five epochs for ``"last 5"``."""
     mine = [r["curve"] for r in rows if r["side"] == side]
     if epoch == "best":
         return [max(c) for c in mine]
+    if epoch == "last 5":  # a seed's mean over its last five epochs: less epoch-to-epoch noise
+        return [statistics.mean(c[-5:]) for c in mine]
     return [c[epoch - 1] for c in mine if len(c) >= epoch]
 
 
@@ -372,7 +374,7 @@ def curve_table(rows: list[dict[str, Any]], every: int) -> list[str]:
     lines = ["| epoch | " + " | ".join(sides) + " | "
              + " | ".join(f"{s} − public" for s in others) + " |",
              "|---" * (1 + len(sides) + len(others)) + "|"]
-    for e in [*sorted({*range(every, epochs + 1, every), epochs}), "best"]:
+    for e in [*sorted({*range(every, epochs + 1, every), epochs}), "best", "last 5"]:
         pub = side_values(rows, "public", e)
         cells = [mean_sd(side_values(rows, s, e)) for s in sides]
         deltas = []
