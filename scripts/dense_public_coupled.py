@@ -85,6 +85,26 @@ def seed_of(e):  # the draws of epoch e
     return 1000 * args.seed + e
 
 
+@torch.no_grad()
+def acc_of(m):
+    m.eval()
+    return (
+        100.0
+        * (
+            torch.cat(
+                [
+                    m(xt[i : i + 1000].to(torch.get_default_dtype()) / 255)
+                    for i in range(0, len(xt), 1000)
+                ]
+            ).argmax(1)
+            == yt
+        )
+        .float()
+        .mean()
+        .item()
+    )
+
+
 # ---- public side
 torch.manual_seed(args.seed)
 student0 = CNNMnist()
@@ -144,47 +164,11 @@ for e in range(E):
     torch.manual_seed(seed_of(e))
     syn.gen_data(e)
     L.kd_train(syn, [student0, ens], crit, opt)
-    student0.eval()  # as the code's test()
-    with torch.no_grad():
-        pub_acc.append(
-            100.0
-            * (
-                torch.cat(
-                    [
-                        student0(xt[i : i + 1000].to(torch.get_default_dtype()) / 255)
-                        for i in range(0, len(xt), 1000)
-                    ]
-                ).argmax(1)
-                == yt
-            )
-            .float()
-            .mean()
-            .item()
-        )
+    pub_acc.append(acc_of(student0))  # eval mode afterwards, as the code's test()
     pub_states.append({k: v.clone() for k, v in student0.state_dict().items()})
     files = sorted(glob.glob(f"{pool_dir}/{e}-*.png"), key=lambda f: int(f.rsplit("-", 1)[1][:-4]))
     pub_pools.append(np.stack([np.array(Image.open(f)) for f in files]))
 print("public acc", [round(a, 2) for a in pub_acc])
-
-
-@torch.no_grad()
-def acc_of(m):
-    m.eval()
-    return (
-        100.0
-        * (
-            torch.cat(
-                [
-                    m(xt[i : i + 1000].to(torch.get_default_dtype()) / 255)
-                    for i in range(0, len(xt), 1000)
-                ]
-            ).argmax(1)
-            == yt
-        )
-        .float()
-        .mean()
-        .item()
-    )
 
 
 # ---- ofl side, fed the same draws
