@@ -117,6 +117,7 @@ for s in states:
     models.append(m)
 ens = L.Ensemble(models)
 pool_dir = tempfile.mkdtemp(prefix="coupled_pool_")
+os.chdir(tempfile.mkdtemp(prefix="coupled_cwd_"))  # the code writes 1.png to its folder
 gen = PubGen(nz=NZ, ngf=64, img_size=28, nc=1)
 pub_out = []
 gen.register_forward_hook(
