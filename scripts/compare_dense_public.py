@@ -356,12 +356,16 @@ def mean_sd(values: list[float]) -> str:
 
 def side_values(rows: list[dict[str, Any]], side: str, epoch: int | str) -> list[float]:
     """One value per server seed of ``side``: the accuracy after ``epoch`` (1-based), each
-    curve's maximum for ``"best"``, or its mean over the last five epochs for ``"last 5"``."""
+    curve's maximum for ``"best"``, or its mean over a window of epochs for ``"last 5"`` and
+    ``"epochs a–b"`` (less epoch-to-epoch noise than single epochs)."""
     mine = [r["curve"] for r in rows if r["side"] == side]
     if epoch == "best":
         return [max(c) for c in mine]
-    if epoch == "last 5":  # a seed's mean over its last five epochs: less epoch-to-epoch noise
+    if epoch == "last 5":
         return [statistics.mean(c[-5:]) for c in mine]
+    if isinstance(epoch, str):  # "epochs a–b"
+        a, b = (int(v) for v in epoch.removeprefix("epochs ").split("–"))
+        return [statistics.mean(c[a - 1 : b]) for c in mine if len(c) >= b]
     return [c[epoch - 1] for c in mine if len(c) >= epoch]
 
 
@@ -374,7 +378,8 @@ def curve_table(rows: list[dict[str, Any]], every: int) -> list[str]:
     lines = ["| epoch | " + " | ".join(sides) + " | "
              + " | ".join(f"{s} − public" for s in others) + " |",
              "|---" * (1 + len(sides) + len(others)) + "|"]
-    for e in [*sorted({*range(every, epochs + 1, every), epochs}), "best", "last 5"]:
+    windows = [f"epochs {a}–{min(a + 9, epochs)}" for a in range(1, epochs + 1, 10)]
+    for e in [*sorted({*range(every, epochs + 1, every), epochs}), "best", "last 5", *windows]:
         pub = side_values(rows, "public", e)
         cells = [mean_sd(side_values(rows, s, e)) for s in sides]
         deltas = []

@@ -86,7 +86,7 @@ def seed_of(e):  # the draws of epoch e
 
 
 @torch.no_grad()
-def acc_of(m):
+def acc_of(m):  # not ofl_core.evaluate.accuracy: that one casts to float32
     m.eval()
     return (
         100.0
