@@ -4,12 +4,14 @@ measurements apart, failures kept until re-run, every run's settings, notebooks 
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from ofl_core.batch.report import build_report, failed_runs, finished_runs
+from ofl_core.batch.gaps import load_gaps
+from ofl_core.batch.report import RESULTS_DIR, build_report, failed_runs, finished_runs
 from ofl_core.batch.scale import run_scale
 from ofl_core.batch.scoreboard import verdict
 from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, TaskResult, effective_parameters, load_grid
@@ -115,7 +117,10 @@ def test_report_scoreboard_structure(tmp_path):
         "coboosting", "fedcvae-ens", "fedcvae-kd"]
     # the summary counts cells, and the failure is listed with its tail and its notebook
     summary = soup.find(class_="summary").text
-    assert "2 run at paper scale (1 reproduced, 0 above, 1 below)" in " ".join(summary.split())
+    assert ("2 run at paper scale (1 reproduced, 0 above, 1 below; 0 of these 1 gaps explained)"
+            in " ".join(summary.split()))
+    assert "not explained yet" in rows["dense"].find(class_="why").text
+    assert not entries[0].find(class_="why")  # a reproduced entry needs no explanation
     fail = soup.find(id="fail-ccc")
     assert "ValueError: <boom>" in fail.text and fail.find("pre")
     assert fail.find("a")["href"] == "failed/main_tables/ccc.html"
@@ -157,3 +162,60 @@ def test_report_lists_an_unreadable_notebook_and_escapes_names(tmp_path):
     fig.write_bytes(b"")
     text = build_report(tmp_path).read_text()
     assert "could not be read" in text and "<svg onload" not in text
+
+
+def _shipped(tmp_path, records: list[dict]) -> None:
+    shipped = tmp_path / "results" / "main_tables"
+    shipped.mkdir(parents=True)
+    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
+            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
+    (shipped / "zzz.json").write_text(json.dumps({
+        "status": "done", "notebook": "main_tables", "run_id": "zzz", "parameters": {},
+        "effective_parameters": {**full[0], "alphas": [0.1, 0.5]}, "seconds": 9000.0,
+        "records": records}))
+
+
+def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
+    _shipped(tmp_path, [_rec("fedavg", 45.5), {**_rec("fedavg", 30.0), "preset": "authors_code"},
+                        _rec("dense", 30.0), _rec("dense", 85.0, alpha=0.5)])
+    (tmp_path / "results" / "gaps.yaml").write_text(
+        "- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1,\n"
+        "   presets: [paper], why: 'Eq. 2 weights by n_k <b>', see: decisions X}\n"
+        "- {paper: dense, table: T1, dataset: fmnist, method: dense, alpha: 0.5, why: other}\n")
+    soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    rows = {tr.find("th").text: tr.find_all("td")
+            for tr in soup.find(id="dense-T1").find_next("table").find_all("tr")[1:]}
+    paper, code = rows["fedavg"][0].find_all(class_="ours")
+    assert "v-above" in paper["class"] and "v-below" in code["class"]
+    why = paper.find(class_="why")
+    assert why.text.startswith("why: Eq. 2 weights by n_k <b>") and "decisions X" in why.text
+    assert "not explained yet" in code.find(class_="why").text  # the entry names `paper` only
+    assert "not explained yet" in rows["dense"][0].find(class_="why").text  # other α
+    assert "v-reproduced" in rows["dense"][1].find(class_="ours")["class"]
+    assert not rows["dense"][1].find(class_="why")
+    summary = " ".join(soup.find(class_="summary").text.split())
+    assert "3 run at paper scale (1 reproduced, 1 above, 1 below; 1 of these 2 gaps explained)" \
+        in summary
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.7, why: x}",
+     "names no cell of the papers' tables"),
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1}", "missing why"),
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x, a: 1}",
+     "unknown key(s) a"),
+    ("paper: dense", "must be a YAML list"),
+    ("- [1, 2]", "entry 1 must be a mapping"),
+    ("- {paper: [", "not valid YAML"),
+])
+def test_bad_gap_files_get_a_clear_error(tmp_path, text, message):
+    f = tmp_path / "gaps.yaml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_gaps(f)
+
+
+def test_the_shipped_gap_explanations_name_real_cells():
+    gaps = load_gaps(RESULTS_DIR / "gaps.yaml")
+    assert gaps and all(g.why and g.see for g in gaps)

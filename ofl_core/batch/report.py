@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .coverage import coverage, paper_cell_set, planned_cells
+from .gaps import load_gaps
 from .scale import run_scale
 from .scoreboard import annotated_frame, boards, entries, further, split, summary
 from .tasks import (
@@ -162,7 +163,8 @@ def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                  results: Path | None = RESULTS_DIR) -> Path:
     """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.
-    The runs shipped in ``results`` (paper-scale records) are on the scoreboard too."""
+    The runs shipped in ``results`` (paper-scale records) are on the scoreboard too, and a
+    gap's explanation from ``results/gaps.yaml`` under its entry."""
     import jinja2
 
     out = Path(out)
@@ -176,7 +178,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     runs = _prepare_runs(mine + shipped, rep, fails)
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
-    ent = entries(matched)
+    ent = entries(matched, load_gaps(results / "gaps.yaml") if results is not None else [])
     every = paper_cell_set()
     cov = coverage([planned_cells(t.notebook, effective_parameters(t), every)
                     for t in load_grid(FULL_GRID)])

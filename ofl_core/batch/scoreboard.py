@@ -8,18 +8,22 @@ server can report without peeking at the test set; the best epoch is shown besid
 - *above* / *below*: further away, up or down;
 - *not comparable*: the run was at reduced scale (quick defaults, embedded data, fewer
   epochs; :mod:`ofl_core.batch.scale`) — its number is shown, never judged.
+
+An entry above or below the paper carries its gap's explanation where ``results/gaps.yaml``
+has one (:mod:`ofl_core.batch.gaps`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from ..results import alpha_key, paper_results, records_frame
 from .coverage import table_order
+from .gaps import Gap, find_gap
 
 TOLERANCE = 2.0
 KEYS = ["paper", "table", "dataset", "method", "akey", "partition", "num_clients", "setting"]
@@ -54,6 +58,7 @@ class Entry:
     verdict: str
     scale: str  # paper / quick / reduced
     links: list[tuple[str, str]]  # (run id, notebook)
+    gap: Gap | None = None  # the explanation when the verdict is above / below
 
     @property
     def mark(self) -> str:
@@ -91,6 +96,7 @@ class Summary:
     reduced_only: int
     not_run: int
     verdicts: dict[str, int]
+    explained: int = 0  # of the judged cells above / below, those with an explanation
 
 
 def annotated_frame(runs: Iterable[dict]) -> pd.DataFrame:
@@ -124,8 +130,9 @@ def split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return merged[hit].reset_index(drop=True), merged[~hit].reset_index(drop=True)
 
 
-def entries(matched: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell, preset, scale): ours over seeds, and the verdict."""
+def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
+    """One row per (cell, preset, scale): ours over seeds, the verdict and, for a gap, its
+    explanation from ``gaps``."""
     cols = KEYS + ["preset", "precision", "paper_scale", "scale_reason", "scale"]
     if matched.empty:
         return pd.DataFrame(columns=[*cols, "entry"])
@@ -144,7 +151,10 @@ def entries(matched: pd.DataFrame) -> pd.DataFrame:
                                   None if pd.isna(paper_std) else float(paper_std),
                                   bool(key[-3])),
                   links=links)
-        out.append({**dict(zip(cols, key, strict=True)), "entry": e})
+        row = dict(zip(cols, key, strict=True))
+        if e.verdict in ("above", "below"):
+            e.gap = find_gap(gaps, row, e.preset)
+        out.append({**row, "entry": e})
     return pd.DataFrame(out)
 
 
@@ -227,7 +237,7 @@ def summary(ent: pd.DataFrame) -> Summary:
     all, and the verdicts of the paper-scale ones (the ``paper`` preset where there is one)."""
     total = len(_paper_cells())
     verdicts = dict.fromkeys(("reproduced", "above", "below"), 0)
-    paper_scale = reduced = 0
+    paper_scale = reduced = explained = 0
     if not ent.empty:
         for _, g in ent.groupby(KEYS, sort=False):
             at_paper = [e for e in g["entry"] if e.paper_scale]
@@ -237,7 +247,9 @@ def summary(ent: pd.DataFrame) -> Summary:
             paper_scale += 1
             e = next((e for e in at_paper if e.preset == "paper"), at_paper[0])
             verdicts[e.verdict] += 1
-    return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts)
+            explained += e.gap is not None
+    return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts,
+                   explained)
 
 
 def further(unmatched: pd.DataFrame) -> pd.DataFrame:
