@@ -19,6 +19,7 @@ expect about the baselines' time again (not yet timed at full scale).
     python scripts/measure_fedcvae_fmnist.py SEED [SEED ...] --alpha 0.01
         [--presets paper authors_code] [--only-cvae | --only-baselines]
         [--local-epochs N] [--cvae-epochs N]      # reduced epochs: a smoke test only
+        [--amp auto|off] [--baselines fedavg]     # off: float32 baseline clients
 
 The partition seed is fixed at 1693 (the authors' data_seed); SEED is the model/training seed,
 as in the paper's "seeded parameter initializations". The issue asks for 1693 1588 7089 and
@@ -63,6 +64,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="baseline client epochs (default: Table 4's; fewer = a smoke test)")
     p.add_argument("--cvae-epochs", type=int, default=None,
                    help="CVAE client epochs (default: Table 4's; fewer = a smoke test)")
+    p.add_argument("--baselines", nargs="+", default=["fedavg", "fedoneshot"],
+                   choices=["fedavg", "fedoneshot"], help="which baselines (default: both)")
+    p.add_argument("--amp", choices=["auto", "off"], default="auto",
+                   help="baseline clients under bfloat16 autocast where native (auto, the "
+                        "notebooks' default) or in float32 (off)")
     return p.parse_args(argv)
 
 
@@ -76,10 +82,10 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
             mcfgs = configure_methods(methods, ["paper"], common={"dataset": "fmnist"})
             out.append((kind, "paper", client_config(kind, "fmnist", "paper", cvae=cvae), mcfgs))
     if not args.only_cvae:
-        local = {"epochs": args.local_epochs}
+        local = {"epochs": args.local_epochs, "amp": None if args.amp == "auto" else False}
         weighted = {"fedavg": {"weighted": True}}  # FedCVAE's code weights by n_k (both presets)
         for preset in args.presets:
-            for name in ("fedavg", "fedoneshot"):
+            for name in args.baselines:
                 mcfgs = configure_methods([name], [preset], overrides=weighted)
                 out.append((name, preset, client_config(name, "fmnist", preset, local=local),
                             mcfgs))
@@ -111,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
             ups = train_clients(ds, part, clients, seed, cache=cache, workers="auto",
                                 progress=False)
             log(event="clients", kind=kind, seed=seed, preset=preset,
-                epochs=clients.epochs, secs=round(time.perf_counter() - t, 1))
+                epochs=clients.epochs, amp=getattr(clients, "amp", None),
+                secs=round(time.perf_counter() - t, 1))
             for name, mcfg in methods:
                 t = time.perf_counter()
                 res = run_method(name, ups, mcfg, ctx)
