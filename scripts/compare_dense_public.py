@@ -48,7 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,14 @@ import torch
 from torch import nn
 
 import ofl_core
-from ofl_core.clients import ClientUpload, init_model
+from ofl_core.clients import ClientUpload, build_from_upload, init_model
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.distill.teachers import TeacherBank
 from ofl_core.evaluate import accuracy, predict_logits
 from ofl_core.methods import ServerContext, run_method
 from ofl_core.methods.dense import DenseConfig
+from ofl_core.methods.fedavg import average_states
 
 #: the public ``CNNMnist``'s state-dict prefixes → ofl's ``cnn_mnist`` (same layers, same order:
 #: conv 5×5 → BN → ReLU → max-pool twice, then the linear layer)
@@ -129,13 +130,15 @@ def pct(logits: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def teachers_report(states: list[dict[str, torch.Tensor]], ds: ImageDataset,
-                    public_dir: Path) -> dict[str, Any]:
+                    public_dir: Path, sizes: list[int]) -> dict[str, Any]:
     """The mapping check and each teacher's and D's test accuracy in ofl and in the public nets.
 
     Mapping: the public net (its own keys) and ofl's ``cnn_mnist`` (mapped keys) on the first
     256 test images, plain eval-mode forwards. Ensembles: ofl's plain mean of the teachers'
     logits, ofl's ``TeacherBank`` as the server builds it (fused ReLU/max-pool, channels-last
-    on the CPU: equal up to float rounding), and the public ``Ensemble``'s running sum / m."""
+    on the CPU: equal up to float rounding), and the public ``Ensemble``'s running sum / m.
+    Also FedAvg of the teachers, weighted by the partition's ``sizes`` (DENSE Eq. 2) and
+    unweighted (DENSE's code), and the mean of their softmax outputs."""
     net_cls = public_net_class(public_dir)
     theirs, ours = [], []
     for s in states:
@@ -163,6 +166,10 @@ def teachers_report(states: list[dict[str, torch.Tensor]], ds: ImageDataset,
     d_bank = batched_logits(bank, ds.x_test)
     bank.close()
     d_ours, d_theirs = ours_lg.mean(0), batched_logits(public_ensemble, ds.x_test)
+    ups = uploads_from_states(states, sizes)
+    fedavg = {name: pct(predict_logits(build_from_upload(replace(
+        ups[0], state_dict=average_states([u.state_dict for u in ups], w))), ds.x_test), y)
+        for name, w in (("weighted", sizes), ("unweighted", [1.0] * len(ups)))}
     return {
         "key_map": KEY_MAP,
         "mapping_check": {"batch": EVAL_BATCH, "identical_logits": identical,
@@ -171,6 +178,9 @@ def teachers_report(states: list[dict[str, torch.Tensor]], ds: ImageDataset,
         "clients_public": [pct(lg, y) for lg in theirs_lg],
         "clients_max_abs_logit_diff": (ours_lg - theirs_lg).abs().max().item(),
         "ensemble_ofl": pct(d_ours, y),
+        "mean_softmax_ofl": pct(ours_lg.softmax(-1).mean(0), y),
+        "fedavg_weighted": fedavg["weighted"],
+        "fedavg_unweighted": fedavg["unweighted"],
         "ensemble_ofl_server_bank": pct(d_bank, y),
         "ensemble_public": pct(d_theirs, y),
         "ensemble_max_abs_logit_diff": max((d_ours - d_theirs).abs().max().item(),
@@ -299,7 +309,7 @@ def cmd_teachers(args: argparse.Namespace, ds: ImageDataset) -> dict[str, Any]:
     """Write (or reuse) ``teachers.json`` for this β; print its summary."""
     path = beta_dir(args.out, args.beta) / "teachers.json"
     if path.is_file() and json.loads(path.read_text()).get("teachers") == str(
-            args.teachers.resolve()):
+            args.teachers.resolve()) and "fedavg_unweighted" in json.loads(path.read_text()):
         rep = json.loads(path.read_text())
     else:
         states = load_public_states(args.teachers)
@@ -307,7 +317,7 @@ def cmd_teachers(args: argparse.Namespace, ds: ImageDataset) -> dict[str, Any]:
                               seed=args.partition_seed)
         rep = {"teachers": str(args.teachers.resolve()), "beta": args.beta,
                "partition_counts_ofl": part.counts.tolist(),
-               **teachers_report(states, ds, args.public_dir)}
+               **teachers_report(states, ds, args.public_dir, part.sizes.tolist())}
         write_json(path, rep)
     print(f"β={args.beta}: mapping identical logits {rep['mapping_check']['identical_logits']} "
           f"(max |Δ| {rep['mapping_check']['max_abs_diff']:.2g}); clients ofl "
@@ -316,7 +326,9 @@ def cmd_teachers(args: argparse.Namespace, ds: ImageDataset) -> dict[str, Any]:
           f"{rep['ensemble_ofl']:.2f} (server bank {rep['ensemble_ofl_server_bank']:.2f}) / "
           f"public {rep['ensemble_public']:.2f}, max |Δ logit| "
           f"{rep['ensemble_max_abs_logit_diff']:.2g}, argmax disagreements "
-          f"{rep['ensemble_argmax_disagreements']}", flush=True)
+          f"{rep['ensemble_argmax_disagreements']}; mean softmax {rep['mean_softmax_ofl']:.2f}; "
+          f"FedAvg weighted {rep['fedavg_weighted']:.2f} / unweighted "
+          f"{rep['fedavg_unweighted']:.2f}", flush=True)
     return rep
 
 
