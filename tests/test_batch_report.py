@@ -189,7 +189,8 @@ def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
     paper, code = rows["fedavg"][0].find_all(class_="ours")
     assert "v-above" in paper["class"] and "v-below" in code["class"]
     why = paper.find(class_="why")
-    assert why.text.startswith("why: Eq. 2 weights by n_k <b>") and "decisions X" in why.text
+    assert why.name == "details" and why.find("summary").text == "why?"
+    assert "Eq. 2 weights by n_k <b>" in why.text and "decisions X" in why.text
     assert "not explained yet" in code.find(class_="why").text  # the entry names `paper` only
     assert "not explained yet" in rows["dense"][0].find(class_="why").text  # other α
     assert "v-reproduced" in rows["dense"][1].find(class_="ours")["class"]
