@@ -37,6 +37,18 @@ def _run(out, run_id: str, parameters: dict, records: list[dict], effective: dic
         "machine": {"host": "h", "cores": 2, "threads": "1", "gpus": ""}}))
 
 
+def _shipped(tmp_path, records: list[dict]) -> None:
+    """``records`` as a shipped paper-scale run (FMNIST, α 0.1 and 0.5) under tmp/results."""
+    shipped = tmp_path / "results" / "main_tables"
+    shipped.mkdir(parents=True)
+    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
+            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
+    (shipped / "zzz.json").write_text(json.dumps({
+        "status": "done", "notebook": "main_tables", "run_id": "zzz", "parameters": {},
+        "effective_parameters": {**full[0], "alphas": [0.1, 0.5]}, "seconds": 9000.0,
+        "records": records}))
+
+
 @pytest.mark.parametrize("ours, paper, std, comparable, expected", [
     (42.0, 41.69, None, True, "reproduced"), (43.6, 41.69, None, True, "reproduced"),
     (44.0, 41.69, None, True, "above"), (30.0, 41.69, None, True, "below"),
@@ -127,14 +139,7 @@ def test_report_scoreboard_structure(tmp_path):
 
 
 def test_shipped_results_are_on_the_scoreboard(tmp_path):
-    shipped = tmp_path / "results" / "main_tables"
-    shipped.mkdir(parents=True)
-    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
-            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
-    (shipped / "zzz.json").write_text(json.dumps({
-        "status": "done", "notebook": "main_tables", "run_id": "zzz", "parameters": {},
-        "effective_parameters": {**full[0], "alphas": [0.1]}, "seconds": 9000.0,
-        "records": [_rec("dense", 49.0)]}))
+    _shipped(tmp_path, [_rec("dense", 49.0)])
     out = tmp_path / "out"
     soup = BeautifulSoup(build_report(out, results=tmp_path / "results").read_text(),
                          "html.parser")
@@ -162,17 +167,6 @@ def test_report_lists_an_unreadable_notebook_and_escapes_names(tmp_path):
     fig.write_bytes(b"")
     text = build_report(tmp_path).read_text()
     assert "could not be read" in text and "<svg onload" not in text
-
-
-def _shipped(tmp_path, records: list[dict]) -> None:
-    shipped = tmp_path / "results" / "main_tables"
-    shipped.mkdir(parents=True)
-    full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
-            if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
-    (shipped / "zzz.json").write_text(json.dumps({
-        "status": "done", "notebook": "main_tables", "run_id": "zzz", "parameters": {},
-        "effective_parameters": {**full[0], "alphas": [0.1, 0.5]}, "seconds": 9000.0,
-        "records": records}))
 
 
 def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
