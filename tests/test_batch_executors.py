@@ -111,6 +111,25 @@ def test_dask_local_cluster_runs_grid_survives_a_killed_worker_and_resumes(tmp_p
     assert rc == 0 and "2 tasks: 0 ran, 2 skipped (already done), 0 failed" in text, text
 
 
+def test_a_killed_runs_half_written_notebook_is_removed_when_the_task_reruns(tmp_path, capsys):
+    """``kill -9`` of run_all.py leaves ``.<run_id>.<pid>.tmp.ipynb``; the next run of the task
+    (holding its lock) deletes it and leaves only the finished notebook."""
+    task = partitions_tasks(1)[0]
+    out = tmp_path / "out"
+    nb, js = task_paths(out, task, task.run_id())
+    nb.parent.mkdir(parents=True)
+    stale = [nb.with_name(f".{task.run_id()}.{pid}.tmp.ipynb") for pid in (4242, 99999)]
+    other = nb.with_name(".0123456789ab.4242.tmp.ipynb")  # another task's: not ours to touch
+    for p in (*stale, other):
+        p.write_text("{}")
+    rc = run_all.main(["--grid", str(write_grid(tmp_path / "grid.json", [task])),
+                       "--out", str(out)])
+    assert rc == 0, capsys.readouterr().out
+    assert not any(p.exists() for p in stale) and other.exists()
+    assert nb.is_file() and json.loads(js.read_text())["status"] == "done"
+    assert sorted(p.name for p in nb.parent.glob("*.ipynb")) == sorted([nb.name, other.name])
+
+
 @pytest.mark.slow
 def test_submitit_local_backend_runs_two_tasks_and_redoes_a_half_written_one(tmp_path, capsys):
     pytest.importorskip("submitit")

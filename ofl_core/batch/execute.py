@@ -169,9 +169,11 @@ def run_task_spec(spec: TaskSpec) -> TaskResult:
     Skips a task that finished meanwhile (a retry, a duplicate). Isolated tasks run in a child
     process with the task's thread count and GPUs, killed at ``task_timeout``.
     """
-    with task_lock(spec):
+    with task_lock(spec) as locked:
         if spec.resume and spec_finished(spec):
             return TaskResult(spec.task, spec.run_id, "skipped")
+        if locked:
+            _remove_stale_partials(spec)
         if not spec.isolate:
             return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
                                 Path(spec.notebook_dir), spec.cell_timeout)
@@ -187,11 +189,12 @@ _NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 @contextlib.contextmanager
-def task_lock(spec: TaskSpec) -> Iterator[None]:
+def task_lock(spec: TaskSpec) -> Iterator[bool]:
     """Hold the task's lock, ``<out>/runs/<notebook>/.<run_id>.lock`` (``flock``), while it
     runs: a second copy of the task (a re-run while the first run's jobs are still queued, a
     duplicate job) waits here, then finds it finished and skips it. The OS releases the lock
-    when its holder dies. Without file locks (Windows, Lustre without ``-o flock``): no lock."""
+    when its holder dies. Yields whether the lock is held; without file locks (Windows, Lustre
+    without ``-o flock``): no lock, ``False``."""
     nb, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
     path = nb.with_name(f".{spec.run_id}.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,10 +205,23 @@ def task_lock(spec: TaskSpec) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX)
         except ImportError:
             f.close()
+            locked = False
         except OSError as e:
             if e.errno not in _NO_LOCK_ERRNOS:
                 raise
-        yield
+            locked = False
+        else:
+            locked = True
+        yield locked
+
+
+def _remove_stale_partials(spec: TaskSpec) -> None:
+    """Delete the half-written ``.<run_id>.<pid>.tmp.ipynb`` of runs killed with their parent
+    (``kill -9`` of run_all.py, a session's end): with the lock held, no live process writes
+    one. Without locks they stay, since another host's run may still be writing."""
+    nb_out, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
+    for stale in nb_out.parent.glob(f".{spec.run_id}.*.tmp.ipynb"):
+        stale.unlink(missing_ok=True)
 
 
 def task_env(threads: int | None, devices: Sequence[str] | None,
