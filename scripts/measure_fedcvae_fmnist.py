@@ -20,6 +20,14 @@ expect about the baselines' time again (not yet timed at full scale).
         [--presets paper authors_code] [--only-cvae | --only-baselines]
         [--local-epochs N] [--cvae-epochs N]      # reduced epochs: a smoke test only
         [--amp auto|off] [--baselines fedavg]     # off: float32 baseline clients
+        [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
+
+``--cvae-presets authors_code paper`` runs FedCVAE-Ens/-KD on the authors' code's decoders with
+the paper's server (and the reverse), ``--server-set allocation=equal conv_relu=false`` changes
+single server fields on top: this separates which of the code's differences moves a number
+(client CVAE: the encoder without the label; server: proportional allocation, no ReLU after
+the classifier's convolutions). The decoders come from the client cache when a run trained
+them before (e.g. the shipped Table 1 runs).
 
 The partition seed is fixed at 1693 (the authors' data_seed); SEED is the model/training seed,
 as in the paper's "seeded parameter initializations". The issue asks for 1693 1588 7089 and
@@ -66,10 +74,33 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="CVAE client epochs (default: Table 4's; fewer = a smoke test)")
     p.add_argument("--baselines", nargs="+", default=["fedavg", "fedoneshot"],
                    choices=["fedavg", "fedoneshot"], help="which baselines (default: both)")
+    p.add_argument("--cvae-presets", nargs=2, metavar=("CLIENTS", "SERVER"),
+                   default=["paper", "paper"], choices=PRESETS,
+                   help="presets of FedCVAE's client CVAEs and of its servers (default: paper "
+                        "paper)")
+    p.add_argument("--server-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="FedCVAE-Ens/-KD server fields to override, e.g. allocation=equal "
+                        "conv_relu=false (values read as JSON where they parse)")
     p.add_argument("--amp", choices=["auto", "off"], default="auto",
                    help="baseline clients under bfloat16 autocast where native (auto, the "
                         "notebooks' default) or in float32 (off)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.server_overrides = server_overrides(p, args.server_set)
+    return args
+
+
+def server_overrides(p: argparse.ArgumentParser, items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as a dict (JSON values: true, 5000, "equal"; else the string)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--server-set takes KEY=VALUE (got {item!r})")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[str, object]]]]:
@@ -77,10 +108,14 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
     out = []
     if not args.only_baselines:
         cvae = {"epochs": args.cvae_epochs}
+        clients, server = args.cvae_presets
+        plain = (clients, server) == ("paper", "paper") and not args.server_overrides
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
-                              ("fedcvae-kd", ["fedcvae-kd", "param-avg"])):
-            mcfgs = configure_methods(methods, ["paper"], common={"dataset": "fmnist"})
-            out.append((kind, "paper", client_config(kind, "fmnist", "paper", cvae=cvae), mcfgs))
+                              ("fedcvae-kd", ["fedcvae-kd"] + (["param-avg"] if plain else []))):
+            mcfgs = configure_methods(methods, [server], common={"dataset": "fmnist"},
+                                      overrides={m: args.server_overrides for m in methods})
+            out.append((kind, clients, client_config(kind, "fmnist", clients, cvae=cvae),
+                        mcfgs))
     if not args.only_cvae:
         local = {"epochs": args.local_epochs, "amp": None if args.amp == "auto" else False}
         weighted = {"fedavg": {"weighted": True}}  # FedCVAE's code weights by n_k (both presets)
@@ -125,8 +160,10 @@ def main(argv: list[str] | None = None) -> None:
                 last = (res.last_acc if res.last_acc is not None
                         else accuracy(res.model, ds.x_test, ds.y_test))
                 best = res.best_acc if res.best_acc is not None else last
-                log(event="result", method=name, seed=seed, preset=mcfg.preset, last=last,
-                    best=best, curve=res.curve, secs=round(time.perf_counter() - t, 1))
+                log(event="result", method=name, seed=seed, preset=mcfg.preset,
+                    clients=preset, server_set=args.server_overrides if kind.startswith(
+                        "fedcvae") else {}, last=last, best=best, curve=res.curve,
+                    secs=round(time.perf_counter() - t, 1))
     log(event="done", total_secs=round(time.perf_counter() - t0, 1))
 
 
