@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -128,6 +129,69 @@ def test_a_killed_runs_half_written_notebook_is_removed_when_the_task_reruns(tmp
     assert not any(p.exists() for p in stale) and other.exists()
     assert nb.is_file() and json.loads(js.read_text())["status"] == "done"
     assert sorted(p.name for p in nb.parent.glob("*.ipynb")) == sorted([nb.name, other.name])
+
+
+def start_run_all(grid: Path, out: Path) -> subprocess.Popen:
+    """``run_all.py`` on ``grid`` in a local pool (a thread per task, a child per task)."""
+    root = Path(run_all.__file__).resolve().parent
+    return subprocess.Popen(
+        [sys.executable, str(root / "run_all.py"), "--grid", str(grid), "--out", str(out),
+         "--jobs", "1", "--threads-per-task", "1"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def sigterm_after(proc: subprocess.Popen, marker: str) -> str:
+    """Read ``proc``'s output up to a line with ``marker``, SIGTERM it, return the rest (it
+    must exit within 30 s)."""
+    seen = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        seen.append(line)
+        if marker in line:
+            break
+    assert any(marker in ln for ln in seen), seen
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=30)
+    return rest
+
+
+def test_a_copy_waiting_on_the_task_lock_stops_at_sigterm(tmp_path):
+    """A re-run whose task is still held by another run (its lock) waits — and SIGTERM (or
+    Ctrl-C) ends it within seconds, not when the other run finishes."""
+    import fcntl
+
+    task = partitions_tasks(1)[0]
+    out = tmp_path / "out"
+    nb, _ = task_paths(out, task, task.run_id())
+    nb.parent.mkdir(parents=True)
+    with open(nb.with_name(f".{task.run_id()}.lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # "the other run"
+        proc = start_run_all(write_grid(tmp_path / "grid.json", [task]), out)
+        try:
+            rest = sigterm_after(proc, "another run of this task holds")
+        finally:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in rest, rest
+    assert not nb.exists()
+
+
+def test_sigterm_stops_a_running_task_of_the_local_pool(tmp_path):
+    """``kill`` of run_all.py (SIGTERM to it alone) kills its running task's child process
+    instead of waiting for the task to end; the re-run then runs it."""
+    task = partitions_tasks(1)[0]
+    out = tmp_path / "out"
+    grid = write_grid(tmp_path / "grid.json", [task])
+    proc = start_run_all(grid, out)
+    try:
+        rest = sigterm_after(proc, ": submitted")
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in rest, rest
+    nb, js = task_paths(out, task, task.run_id())
+    assert not js.exists()
+    proc = start_run_all(grid, out)
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "1 ran" in text, text
+    assert json.loads(js.read_text())["status"] == "done"
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ keeps no progress bars (they stay on in a terminal and in JupyterLab).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
@@ -27,11 +28,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..results import read_records, write_json_atomic
 from . import gpus
@@ -46,6 +49,22 @@ from .tasks import (
     spec_finished,
     task_paths,
 )
+
+#: The stop request of the executor running this task in one of its threads (``local --jobs
+#: N``): set when the run is interrupted, so a task waiting for its lock or for its child
+#: process gives up instead of keeping the interrupted ``run_all.py`` alive until it ends.
+STOP_REQUEST: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "ofl_task_stop_request", default=None)
+
+#: seconds between checks of the stop request while waiting for a lock or a child process
+_POLL_SECONDS = 0.5
+
+
+def stop_requested() -> bool:
+    """Whether the executor running this task was interrupted (:data:`STOP_REQUEST`)."""
+    stop = STOP_REQUEST.get()
+    return stop is not None and stop.is_set()
+
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: set in every notebook kernel's environment: no progress bars in executed notebooks
@@ -169,50 +188,78 @@ def run_task_spec(spec: TaskSpec) -> TaskResult:
     Skips a task that finished meanwhile (a retry, a duplicate). Isolated tasks run in a child
     process with the task's thread count and GPUs, killed at ``task_timeout``.
     """
-    with task_lock(spec) as locked:
-        if spec.resume and spec_finished(spec):
-            return TaskResult(spec.task, spec.run_id, "skipped")
-        if locked:
-            _remove_stale_partials(spec)
-        if not spec.isolate:
-            return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
-                                Path(spec.notebook_dir), spec.cell_timeout)
-        try:
-            with gpus.GPU_POOL.take(spec.gpus) as devices:
-                return _run_in_child(spec, task_env(spec.threads, devices))
-        except gpus.NoGpuError as e:
-            return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+    try:
+        with task_lock(spec) as locked:
+            if spec.resume and spec_finished(spec):
+                return TaskResult(spec.task, spec.run_id, "skipped")
+            if locked:
+                _remove_stale_partials(spec)
+            if not spec.isolate:
+                return execute_task(spec.task, Path(spec.out), Path(spec.figures_dir),
+                                    Path(spec.notebook_dir), spec.cell_timeout)
+            try:
+                with gpus.GPU_POOL.take(spec.gpus) as devices:
+                    return _run_in_child(spec, task_env(spec.threads, devices))
+            except gpus.NoGpuError as e:
+                return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
+    except LockWaitAbandoned as e:  # only the lock's wait raises it
+        return TaskResult(spec.task, spec.run_id, "failed", error=str(e))
 
 
 #: errnos of a filesystem without working locks (Lustre without ``-o flock``, some NFS mounts)
 _NO_LOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
+class LockWaitAbandoned(RuntimeError):
+    """The process is exiting while this task waits for another run's lock."""
+
+
 @contextlib.contextmanager
-def task_lock(spec: TaskSpec) -> Iterator[bool]:
+def task_lock(spec: TaskSpec, poll_seconds: float = _POLL_SECONDS) -> Iterator[bool]:
     """Hold the task's lock, ``<out>/runs/<notebook>/.<run_id>.lock`` (``flock``), while it
     runs: a second copy of the task (a re-run while the first run's jobs are still queued, a
     duplicate job) waits here, then finds it finished and skips it. The OS releases the lock
     when its holder dies. Yields whether the lock is held; without file locks (Windows, Lustre
-    without ``-o flock``): no lock, ``False``."""
+    without ``-o flock``): no lock, ``False``.
+
+    The wait polls, so a waiting copy stays interruptible: Ctrl-C reaches it in the main thread,
+    and in an executor's thread it gives up with :class:`LockWaitAbandoned` once the run is
+    interrupted (:func:`stop_requested`) instead of waiting, possibly for hours, for the other
+    run to finish."""
     nb, _ = task_paths(Path(spec.out), spec.task, spec.run_id)
     path = nb.with_name(f".{spec.run_id}.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         try:
             import fcntl
-
-            fcntl.flock(f, fcntl.LOCK_EX)
         except ImportError:
-            f.close()
-            locked = False
+            yield False
+            return
+        try:
+            locked = _wait_for_flock(f, fcntl, path, spec.label, poll_seconds)
         except OSError as e:
             if e.errno not in _NO_LOCK_ERRNOS:
                 raise
             locked = False
-        else:
-            locked = True
         yield locked
+
+
+def _wait_for_flock(f: Any, fcntl: Any, path: Path, label: str, poll_seconds: float) -> bool:
+    """Take ``flock(LOCK_EX)`` on ``f``, polling; say once that another run holds it."""
+    said = False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        if not said:
+            print(f"{label}: another run of this task holds {path}; waiting for it to "
+                  "finish (then this one is skipped)", flush=True)
+            said = True
+        if stop_requested():
+            raise LockWaitAbandoned(f"interrupted while another run of this task held {path}")
+        time.sleep(poll_seconds)
 
 
 def _remove_stale_partials(spec: TaskSpec) -> None:
@@ -256,17 +303,16 @@ def _run_in_child(spec: TaskSpec, env: dict[str, str]) -> TaskResult:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     env=env)
             try:
-                proc.wait(timeout=spec.task_timeout)
-            except subprocess.TimeoutExpired:
+                why = _wait_child(proc, spec.task_timeout)
+            except BaseException:
+                proc.kill()
+                raise
+            if why:
                 proc.kill()  # its kernel exits by itself once its parent is gone
                 proc.wait()
                 _keep_partial_notebook(spec, proc.pid)
                 return TaskResult(spec.task, spec.run_id, "failed", time.perf_counter() - t0,
-                                  f"timeout: the task ran past its limit of "
-                                  f"{spec.task_timeout:g} s (--task-timeout) and was killed")
-            except BaseException:
-                proc.kill()
-                raise
+                                  why)
         if result_file.is_file():
             return result_from_dict(json.loads(result_file.read_text()))
         lines = log_file.read_text(errors="replace").strip().splitlines()
@@ -276,6 +322,24 @@ def _run_in_child(spec: TaskSpec, env: dict[str, str]) -> TaskResult:
            else f"exit status {proc.returncode}")
     return TaskResult(spec.task, spec.run_id, "failed", time.perf_counter() - t0,
                       f"the task process died ({how}): {tail or 'no output'}")
+
+
+def _wait_child(proc: subprocess.Popen, timeout: float | None) -> str:
+    """Wait for the task's child process; "" when it exits, else why it must be killed: past
+    ``timeout`` seconds, or the run was interrupted (:func:`stop_requested`)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = _POLL_SECONDS if deadline is None else deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(_POLL_SECONDS, left)))
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        if deadline is not None and time.monotonic() >= deadline:
+            return (f"timeout: the task ran past its limit of {timeout:g} s (--task-timeout) "
+                    "and was killed")
+        if stop_requested():
+            return "cancelled (the run was interrupted before the task finished)"
 
 
 def _keep_partial_notebook(spec: TaskSpec, pid: int) -> None:

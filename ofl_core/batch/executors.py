@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ExecutorConfig, walltime_minutes
+from .execute import STOP_REQUEST
 from .gpus import NoGpuError, visible_gpus
 from .jobs import jobqueue_class, jobqueue_kwargs, submitit_folder, submitit_slurm_parameters
 from .keeper import JobKeeper
@@ -50,6 +51,28 @@ class LocalPoolExecutor(cf.ThreadPoolExecutor):
 
     def __init__(self, jobs: int) -> None:
         super().__init__(max_workers=jobs, thread_name_prefix="ofl-task")
+        self.stopping = threading.Event()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        return super().submit(_with_stop_request, self.stopping, fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """``cancel_futures`` (an interrupted run): also stop the running tasks — their child
+        processes are killed and a task waiting for its lock gives up — so that Python's join
+        of the pool's threads at exit does not wait for them to finish."""
+        if cancel_futures:
+            self.stopping.set()
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def _with_stop_request(stop: threading.Event, fn: Callable[..., Any], /, *args: Any,
+                       **kwargs: Any) -> Any:
+    """Run ``fn`` with ``stop`` as the task's :data:`~ofl_core.batch.execute.STOP_REQUEST`."""
+    token = STOP_REQUEST.set(stop)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        STOP_REQUEST.reset(token)
 
 
 class DaskExecutor(cf.Executor):
