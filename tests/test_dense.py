@@ -260,6 +260,28 @@ def test_feddf_proxy_fallback_and_adapt(setup, tmp_path) -> None:
     assert torch.equal(adapt_images(gray, 3, 28), gray.repeat(1, 3, 1, 1))
 
 
+def test_feddf_student_mode_eval_keeps_fedavgs_bn_statistics(setup) -> None:
+    """``kd_student_mode="eval"``: the student's BN running statistics stay the FedAvg
+    model's while its weights move; "train" (the literal reading) replaces them with the noise
+    proxy's."""
+    from ofl_core.methods.fedavg import average_states
+
+    _, uploads, ctx = setup
+    avg = average_states([u.state_dict for u in uploads], [float(u.num_samples) for u in uploads])
+    stats = [k for k in avg if k.endswith(("running_mean", "running_var"))]
+    assert stats
+    out = {}
+    for mode in ("train", "eval"):
+        cfg = FedDFConfig(epochs=2, steps_per_epoch=3, batch_size=16, kd_student_mode=mode)
+        out[mode] = run_method("feddf", uploads, cfg, ctx).model.state_dict()
+    assert all(torch.equal(out["eval"][k], avg[k]) for k in stats)
+    assert not all(torch.allclose(out["train"][k], avg[k]) for k in stats)
+    weights = [k for k in avg if k.endswith("weight")]
+    assert not all(torch.allclose(out["eval"][k], avg[k]) for k in weights)
+    with pytest.raises(ValueError, match="kd_student_mode"):
+        FedDFConfig(kd_student_mode="frozen")  # type: ignore[arg-type]
+
+
 def test_multi_round_dense(quadrants: ImageDataset) -> None:
     part = make_partition(quadrants.y_train.numpy(), 2, "dirichlet", alpha=0.5, seed=2)
     local = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32)

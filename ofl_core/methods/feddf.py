@@ -12,6 +12,7 @@ is converted to the task's channels and size. ``ServerResult.extras["proxy"]`` s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,16 +35,24 @@ class FedDFConfig(DistillConfig):
     when that dataset is not on this machine and ``fallback_to_noise`` is True, noise is used
     and the record says so. ``init_from_fedavg``: start from the weighted FedAvg model (FedDF's
     initialisation) when the clients are homogeneous and the student has their architecture.
-    No authors' code exists: both presets are equal."""
+    ``kd_student_mode``: the student's mode in the KD steps — "train" (FedDF's distillation,
+    the literal reading: BN layers normalise with the proxy batch's statistics and update
+    their running statistics from it) or "eval" (BN layers keep the FedAvg model's running
+    statistics, only weights move; on a noise proxy "train" replaces them with noise
+    statistics — see docs/decisions.md). No authors' code exists: both presets are equal."""
 
     kd_temperature: float = 1.0
     proxy: str = "noise"
     proxy_data_root: str | None = None
     fallback_to_noise: bool = True
     init_from_fedavg: bool = True
+    kd_student_mode: Literal["train", "eval"] = "train"
 
     def __post_init__(self) -> None:
         check_distill_config(self, positive=("kd_temperature",))
+        if self.kd_student_mode not in ("train", "eval"):
+            raise ValueError(f"kd_student_mode must be 'train' or 'eval' (got "
+                             f"{self.kd_student_mode!r})")
 
     @property
     def method_name(self) -> str:
@@ -109,7 +118,7 @@ def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> Se
     proxy, proxy_name = load_proxy(cfg, ctx)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     kd_losses: list[torch.Tensor] = []
-    student.train()
+    student.train(cfg.kd_student_mode == "train")
     for _epoch in run_.epochs({"opt_s": opt_s, "kd_losses": Items(kd_losses, run_.device)}):
         ep = [ensemble_kd_step(run_.bank, student, opt_s, proxy_batch(run_, proxy, cfg, ctx),
                                cfg.kd_temperature, run_.amp)
