@@ -97,6 +97,9 @@ class Summary:
     not_run: int
     verdicts: dict[str, int]
     explained: int = 0  # of the judged cells above / below, those with an explanation
+    #: of the judged cells above / below, those that another preset (the authors' code's
+    #: reading) reproduces at paper scale
+    reproduced_by_other_preset: int = 0
 
 
 def annotated_frame(runs: Iterable[dict]) -> pd.DataFrame:
@@ -234,10 +237,11 @@ def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
 
 def summary(ent: pd.DataFrame) -> Summary:
     """How many of the papers' cells were run at paper scale, at reduced scale only, not at
-    all, and the verdicts of the paper-scale ones (the ``paper`` preset where there is one)."""
+    all, and the verdicts of the paper-scale ones (the ``paper`` preset where there is one;
+    a gap that another preset reproduces is counted as such too)."""
     total = len(_paper_cells())
     verdicts = dict.fromkeys(("reproduced", "above", "below"), 0)
-    paper_scale = reduced = explained = 0
+    paper_scale = reduced = explained = other = 0
     if not ent.empty:
         for _, g in ent.groupby(KEYS, sort=False):
             at_paper = [e for e in g["entry"] if e.paper_scale]
@@ -248,8 +252,10 @@ def summary(ent: pd.DataFrame) -> Summary:
             e = next((e for e in at_paper if e.preset == "paper"), at_paper[0])
             verdicts[e.verdict] += 1
             explained += e.gap is not None
+            other += e.verdict != "reproduced" and any(
+                o.verdict == "reproduced" for o in at_paper if o.preset != e.preset)
     return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts,
-                   explained)
+                   explained, other)
 
 
 def further(unmatched: pd.DataFrame) -> pd.DataFrame:
