@@ -1,12 +1,16 @@
 """The ``slurm`` fixture: a single-node SLURM on localhost (``scripts/slurm_localhost.sh``).
 
-Session scope: brought up once where SLURM is installed and this user is root (or has
-passwordless sudo); stopped at the end if this session started it and no other test session
-uses it (each holds a shared ``flock`` on ``$TMPDIR/ofl-slurm-tests.lock``). Elsewhere the
-tests that use it are skipped with the reason (``OFL_REQUIRE_SLURM=1``: they fail instead, as
-in CI where ``.ci/run`` installed SLURM). The fixture never installs packages; ``.ci/run`` or
-the script does. After each test its leftover jobs — those whose log is under this session's
-temporary folder, so a concurrent session's jobs are left alone — are cancelled.
+Session scope, shared by the test sessions of one machine (the pytest-xdist workers, which
+run these tests side by side, and any other pytest): each holds a shared ``flock`` on
+``$TMPDIR/ofl-slurm-tests.lock`` while it uses SLURM. The first brings it up — under an
+exclusive lock, so two workers never run ``up`` at once — where SLURM is installed and this
+user is root (or has passwordless sudo), and leaves a marker; the last to leave stops it if
+the marker says a test session started it (a SLURM that was up before is left running).
+Elsewhere the tests that use it are skipped with the reason (``OFL_REQUIRE_SLURM=1``: they
+fail instead, as in CI where ``.ci/run`` installed SLURM). The fixture never installs
+packages; ``.ci/run`` or the script does. After each test its leftover jobs — those whose log
+is under this session's temporary folder, so a concurrent session's jobs are left alone — are
+cancelled.
 """
 
 from __future__ import annotations
@@ -69,26 +73,36 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+#: held shared by every session that uses the local SLURM; the lock that one session at a time
+#: holds to check and start it; the marker that a test session started it
+USERS_LOCK = Path(tempfile.gettempdir()) / "ofl-slurm-tests.lock"
+START_LOCK = Path(tempfile.gettempdir()) / "ofl-slurm-tests.start.lock"
+STARTED = Path(tempfile.gettempdir()) / "ofl-slurm-tests.started"
+
+
 @pytest.fixture(scope="session")
 def slurm_session(tmp_path_factory):
     fcntl = pytest.importorskip("fcntl", reason="SLURM tests need a POSIX system")
-    users = open(Path(tempfile.gettempdir()) / "ofl-slurm-tests.lock", "a")
-    fcntl.flock(users, fcntl.LOCK_SH)  # released when this session ends (or dies)
+    users = open(USERS_LOCK, "a")
     try:
-        started = _script("status", 30).returncode != 0
-        if started:
-            p = _script("up", 300)
-            if p.returncode != 0:
-                lines = (p.stderr or p.stdout).strip().splitlines() or ["no output"]
-                _unavailable(f"no local SLURM: {lines[-1]}")
+        fcntl.flock(users, fcntl.LOCK_SH)  # held until this session ends (or dies)
+        with open(START_LOCK, "a") as start:
+            fcntl.flock(start, fcntl.LOCK_EX)  # one session brings it up, the others wait
+            if _script("status", 30).returncode != 0:
+                p = _script("up", 300)
+                if p.returncode != 0:
+                    lines = (p.stderr or p.stdout).strip().splitlines() or ["no output"]
+                    _unavailable(f"no local SLURM: {lines[-1]}")
+                STARTED.touch()
         yield Slurm(mine=os.path.join(tmp_path_factory.getbasetemp().resolve(), ""))
-        if started:
-            try:  # the last session using it stops it
-                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pass
-            else:
+        try:  # the last session using it stops it, if a test session started it
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            if STARTED.exists():
                 _script("down", 120)
+                STARTED.unlink(missing_ok=True)
     finally:
         users.close()
 

@@ -36,6 +36,10 @@ def probe_notebook(folder: Path) -> Path:
         "    'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')}))\n"
         "if mode == 'raise':\n    raise ValueError('boom')\n"
         "if mode == 'die':\n    os._exit(3)\n"
+        "if mode == 'usr2':  # what SLURM sends every process of a job step before its walltime\n"
+        "    import signal\n"
+        "    os.kill(os.getpid(), signal.SIGUSR2)\n"
+        "    os.kill(os.getppid(), signal.SIGUSR2)  # the task process that started the kernel\n"
         "time.sleep(seconds)")
     nb.cells = [params, body]
     folder.mkdir(parents=True, exist_ok=True)
@@ -86,6 +90,19 @@ def test_local_pool_marks_exception_dead_kernel_and_timeout_failed(tmp_path, mon
     nb_out, js = task_paths(out, tasks[0], res["slow"].run_id)
     assert not js.exists() and nb_out.with_name(f"{res['slow'].run_id}.failed.ipynb").exists()
     assert not list(out.rglob(".*.tmp*")), "no temp files left behind"
+
+
+def test_the_walltime_warning_signal_does_not_kill_the_task_process_or_its_kernel(tmp_path):
+    """submitit asks SLURM for SIGUSR2 before the walltime, and SLURM sends it to every process
+    of the job step: only the submitit process may act on it (it ends the job as TIMEOUT and
+    kills the task process); a task process or kernel killed by it first made the task fail
+    with "killed by signal 12" instead of the walltime."""
+    nbdir = probe_notebook(tmp_path / "nbs")
+    task = Task("probe", {"tag": "t", "mode": "usr2", "seconds": 0.5,
+                          "probe_dir": str(tmp_path)})
+    cfg = ExecutorConfig(jobs=1, task_timeout=120)  # a child process, as under submitit
+    [res] = run_grid([task], tmp_path / "out", cfg, nbdir, log=False)
+    assert res.status == "done", res.error
 
 
 @pytest.mark.slow

@@ -178,7 +178,7 @@ def test_dask_worker_job_cancelled_mid_grid_is_replaced_and_the_grid_completes(
     assert sorted(e for e in ev if e.startswith("done")) == ["done a", "done b"], ev
     printed = capsys.readouterr().out
     assert f"slurm: job {cancelled[0]} CANCELLED" in printed, printed
-    assert ex.keeper.replaced == 1
+    assert ex.keeper.replaced == 1, printed
     print(f"grid with its worker job cancelled mid-run completed in {took:.0f}s")
 
 

@@ -183,6 +183,56 @@ def test_job_keeper_replaces_ended_jobs_and_gives_up_on_jobs_that_never_start(fa
         reasons[0]
 
 
+def test_job_keeper_counts_an_ended_job_once_while_the_cluster_is_still_removing_it(
+        fake_slurm):
+    """dask-jobqueue drops an ended job from ``cluster.workers`` some time after
+    ``scale_down`` (later still on a loaded machine); the keeper polls meanwhile and must not
+    replace it again, nor count it twice towards giving up."""
+
+    class SlowCluster(FakeCluster):
+        async def scale_down(self, names) -> None:
+            for n in names:  # the spec goes at once, the job object only later
+                self.worker_spec.pop(n, None)
+
+        def scale(self, jobs: int) -> None:
+            if self.n and "w-0" in self.workers:  # dask-jobqueue reuses the worker's name
+                return
+            super().scale(jobs)
+
+    cluster = SlowCluster()
+    logs: list[str] = []
+    keeper = JobKeeper(cluster, 1, SlurmQueue(note=lambda m: None), log=logs.append,
+                       max_failed_starts=2)
+    reasons: list[str] = []
+    keeper.give_up = reasons.append
+    fake_slurm.write_text("100|CANCELLED\n")  # cancelled while queued: never connected
+    for _ in range(3):  # polls before the cluster has removed the job object
+        keeper.check()
+    assert keeper.replaced == 1 and keeper.failed_starts == 1 and not reasons, logs
+    assert sum("worker job ended" in m for m in logs) == 1, logs
+
+
+def test_a_replacement_worker_job_never_gets_the_lost_workers_name():
+    """distributed closes the job that holds a lost worker's name 15 s later if no worker of
+    that name is connected: a queued replacement with the same name would be cancelled."""
+    pytest.importorskip("dask_jobqueue")
+    from ofl_core.batch.jobs import jobqueue_class
+
+    cluster = jobqueue_class("slurm")(cores=1, memory="1GB", processes=1,
+                                      scheduler_options={"dashboard_address": None})
+    try:
+        names = []
+        for _ in range(3):  # a job is lost and scaled down, and a new one asked for
+            spec = cluster.new_worker_spec()
+            names += list(spec)
+            cluster.worker_spec.update(spec)
+            cluster.worker_spec.pop(names[-1])
+        assert len(set(names)) == 3 and names[0] == "SLURMCluster-0", names
+        assert type(cluster).__name__ == "SLURMCluster"
+    finally:
+        cluster.close()
+
+
 def test_a_task_lost_with_its_worker_too_often_fails_with_the_jobs_reason():
     from ofl_core.batch.executors import DaskExecutor
 

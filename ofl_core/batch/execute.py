@@ -380,5 +380,10 @@ def _child_main(spec_file: str, result_file: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--run-task":
+        # submitit asks SLURM for SIGUSR2 ahead of the walltime, and SLURM signals every
+        # process of the job step: only the submitit process (our parent) acts on it — it ends
+        # the job as TIMEOUT and kills this process. Ignored here and, inherited, in the kernel.
+        if hasattr(signal, "SIGUSR2"):  # POSIX
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         sys.exit(_child_main(sys.argv[2], sys.argv[3]))
     sys.exit("usage: python -m ofl_core.batch.execute --run-task SPEC.json RESULT.json")

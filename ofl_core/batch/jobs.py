@@ -3,6 +3,8 @@ arrays, and the job script either would submit (``run_all.py --dry-run``)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import re
 import shlex
@@ -16,10 +18,32 @@ from .optional import require
 
 
 def jobqueue_class(cluster: str) -> Any:
-    """dask-jobqueue's cluster class for ``cluster`` (``slurm`` or ``pbs``)."""
+    """dask-jobqueue's cluster class for ``cluster`` (``slurm`` or ``pbs``), giving every job
+    it submits a worker name never used before (:func:`fresh_worker_names`)."""
     from dask_jobqueue import PBSCluster, SLURMCluster
 
-    return {"slurm": SLURMCluster, "pbs": PBSCluster}[cluster]
+    return fresh_worker_names({"slurm": SLURMCluster, "pbs": PBSCluster}[cluster])
+
+
+@functools.cache
+def fresh_worker_names(base: type) -> type:
+    """``base`` (a distributed ``SpecCluster``) whose new worker jobs never reuse a name.
+
+    ``SpecCluster`` names a new worker after the lowest free number, so a job that replaces a
+    lost one gets the lost worker's name; ``distributed.deploy.lost-worker-timeout`` (15 s)
+    after losing that worker, the cluster closes whatever job holds the name and has no
+    connected worker — the replacement, whenever it is still queued. On a busy cluster each
+    replacement was cancelled in turn (the job keeper counted them as jobs that never started,
+    and gave up)."""
+
+    class FreshNames(base):  # type: ignore[misc, valid-type]
+        def _new_worker_name(self, worker_number: int) -> str:
+            if not hasattr(self, "_ofl_names"):
+                self._ofl_names = itertools.count()
+            return super()._new_worker_name(next(self._ofl_names))
+
+    FreshNames.__name__ = FreshNames.__qualname__ = base.__name__
+    return FreshNames
 
 
 

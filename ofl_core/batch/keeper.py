@@ -46,6 +46,9 @@ class JobKeeper:
         self._job_ids: dict[str, str] = {}
         self._logs: dict[str, str] = {}
         self._connected: set[str] = set()
+        #: the job ids already reported ended: dask-jobqueue removes an ended job from
+        #: ``cluster.workers`` some time after ``scale_down``, and polls come meanwhile
+        self._seen_ended: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -72,7 +75,8 @@ class JobKeeper:
                 self.log(f"job keeper: {type(e).__name__}: {e}")
 
     def ended_jobs(self) -> dict[str, str]:
-        """Worker name → reason, for the cluster's jobs that are over."""
+        """Worker name → reason, for the cluster's jobs that are over and were not reported
+        by an earlier call."""
         live = list(self.cluster.workers.items())
         jobs = {str(n): str(getattr(j, "job_id", "") or "") for n, j in live}
         self._job_ids.update({n: j for n, j in jobs.items() if j})
@@ -86,14 +90,18 @@ class JobKeeper:
         if self.queue is not None:
             self.queue.refresh(j for j in jobs.values() if j)
             for name, jid in jobs.items():
-                state = self.queue.ended(jid) if jid else None
+                state = self.queue.ended(jid) if jid and jid not in self._seen_ended else None
                 if state is not None:
                     ended[name] = describe(jid, state) + self._logs.get(name, "")
+                    self._seen_ended.add(jid)
         # jobs the cluster itself dropped after losing their worker (no scheduler query: PBS)
         dropped = {str(n) for n in self.cluster.worker_spec} & set(self._job_ids)
         for name in dropped - set(jobs) - set(ended):
             jid = self._job_ids.get(name, "?")
-            ended[name] = self.lost.get(name) or f"batch job {jid}: its worker was lost"
+            if jid in self._seen_ended:
+                continue
+            ended[name] = f"batch job {jid}: its worker was lost"
+            self._seen_ended.add(jid)
         return ended
 
     def check(self) -> None:
