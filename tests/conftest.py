@@ -43,13 +43,6 @@ SHARED_GROUPS = {
 ONE_BY_ONE = {"tests/test_notebooks.py", "tests/test_batch_executors.py",
               "tests/test_batch_execute.py", "tests/test_notebook_outputs.py",
               "tests/test_models.py", "tests/test_grouped_training.py", "tests/test_clients.py"}
-#: files split in two: the tests named here on one worker, the rest on another. The SLURM
-#: tests (≈ 6 min in a row, mostly waiting on the scheduler) as two halves side by side: at
-#: most two at once, so their jobs rarely queue on the local SLURM's cores
-SPLIT = {"tests/test_batch_slurm.py": (
-    "test_submitit_walltime_fails_the_task_with_reason_walltime_and_the_batch_goes_on",
-    "test_submitit_job_array_runs_a_grid_without_sacct_warnings",
-    "test_dask_jobqueue_worker_job_runs_a_grid")}
 #: the longest groups, handed out first so that no worker starts one near the end; the SLURM
 #: tests mostly wait on the scheduler while the other workers run the rest
 FIRST = ("test_batch_slurm.py", "main_tables.ipynb", "test_notebooks.py",
@@ -58,11 +51,8 @@ FIRST = ("test_batch_slurm.py", "main_tables.ipynb", "test_notebooks.py",
 
 
 def xdist_group(nodeid: str) -> str:
-    """The unit of work that ``nodeid`` belongs to: its test file, a shared group, a half of a
-    split file, or itself."""
-    path, _, name = nodeid.partition("::")
-    if path in SPLIT:
-        return f"{path}::half-{int(name.split('[')[0] in SPLIT[path]) + 1}"
+    """The unit of work that ``nodeid`` belongs to: its test file, a shared group, or itself."""
+    path = nodeid.split("::", 1)[0]
     return nodeid if path in ONE_BY_ONE else SHARED_GROUPS.get(path, path)
 
 
