@@ -47,6 +47,7 @@ CASES = {
     "fedhydra": ("fedhydra", "paper", {**SMALL, **KD, **STRAT}),
     "fedhydra-replay": ("fedhydra", "paper", {**SMALL, **KD, **STRAT, "kd_data": "replay"}),
     "fed-dafl": ("fed-dafl", "paper", SMALL),
+    "fed-dafl-pool": ("fed-dafl", "paper", {**SMALL, **KD, "kd_data": "pool"}),
     "fed-adi": ("fed-adi", "paper", {"epochs": 4, "steps_per_epoch": 2, "batch_size": 16, **KD}),
     "feddf": ("feddf", "paper", {"epochs": 4, "steps_per_epoch": 2, "batch_size": 16}),
     "coboosting": ("coboosting", "paper", {**SMALL, **KD}),

@@ -241,6 +241,15 @@ def test_baselines_smoke(setup) -> None:
         out = res.model(torch.rand(3, 1, 28, 28))
         assert out.shape == (3, 4) and torch.isfinite(out).all()
     assert dafl.images.shape == (16, 1, 28, 28) and adi.images.shape == (16, 1, 28, 28)
+    assert dafl.extras["kd_data"] == "fresh" and dafl.extras["kd_steps"] == 4
+    pooled = run_method("fed-dafl", uploads, FedDAFLConfig(
+        **small, steps_per_epoch=2, nz=16, ngf=8, kd_data="pool", kd_batch_size=16), ctx)
+    # one best batch per epoch joins the pool; epoch e distils over e batches
+    assert pooled.extras["pool_size"] == 32 and pooled.extras["kd_steps"] == 1 + 2
+    assert len(pooled.extras["kd_loss"]) == 2 and all(math.isfinite(v) for v in
+                                                      pooled.extras["kd_loss"])
+    with pytest.raises(ValueError, match=r"kd_data must be one of \('fresh', 'pool'\)"):
+        FedDAFLConfig(kd_data="replay")
     assert adi.extras["pool_size"] == 32
     assert df.extras["proxy"] == "noise" and df.extras["student_init"] == "fedavg"
 

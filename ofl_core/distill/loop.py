@@ -28,6 +28,7 @@ from ..progress import progress_bar
 from ..seeds import derive_seed
 from .kernels import autocast_context, fuse_relu_maxpool
 from .losses import kd_loss
+from .pool import ImagePool
 from .teachers import TeacherBank
 
 if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
@@ -257,3 +258,14 @@ def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Opt
     loss.backward()
     opt.step()
     return loss.detach()
+
+
+def distil_pool(run_: DistillRun, pool: ImagePool, opt_s: torch.optim.Optimizer,
+                kd_batch_size: int, temperature: float) -> torch.Tensor:
+    """One shuffled pass over the pool, one SGD step of the student on L_dis (DENSE Eq. 6)
+    per batch of ``kd_batch_size``; returns the mean KD loss (Fed-ADI, Fed-DAFL's ``"pool"``)."""
+    student = run_.student
+    student.train().requires_grad_(True)
+    ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
+                           run_.amp) for xb in pool.batches(kd_batch_size, run_.rng)]
+    return torch.stack(ep).mean()

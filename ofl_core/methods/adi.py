@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ..checkpoint import Attrs
 from ..clients import ClientUpload
 from ..distill.config import DistillConfig, check_distill_config
-from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
+from ..distill.loop import DistillRun, as_floats, distil_pool, open_run
 from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip
 from .base import ServerContext, ServerResult
@@ -104,17 +104,6 @@ def invert_batch(run_: DistillRun, cfg: FedADIConfig, num_classes: int, image_si
     return best_x, best_loss, y
 
 
-def distil_pool(run_: DistillRun, pool: ImagePool, opt_s: torch.optim.Optimizer,
-                cfg: FedADIConfig) -> torch.Tensor:
-    """One shuffled pass over the pool, one SGD step on L_dis (DENSE Eq. 6) per batch;
-    returns the mean KD loss."""
-    student = run_.student
-    student.train().requires_grad_(True)
-    ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), cfg.kd_temperature,
-                           run_.amp) for xb in pool.batches(cfg.kd_batch_size, run_.rng)]
-    return torch.stack(ep).mean()
-
-
 @dataclass
 class AdiLog:
     """What Fed-ADI records: per-epoch losses and the last inverted batch x̂ with its labels."""
@@ -138,7 +127,8 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
                                                ctx.in_channels)
         log.inv_losses.append(best_loss)
         pool.add(log.x)
-        log.kd_losses.append(distil_pool(run_, pool, opt_s, cfg))
+        log.kd_losses.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size,
+                                          cfg.kd_temperature))
     extras = {"pool_size": len(pool), "inversion_loss": as_floats(log.inv_losses),
               "kd_loss": as_floats(log.kd_losses)}
     return run_.result(cfg.method_name, cfg.preset, extras, samples=(log.x, log.y),

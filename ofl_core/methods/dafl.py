@@ -5,14 +5,18 @@ docs/decisions.md.
 A persistent generator G (never reset) is trained with DAFL's loss on the ensemble D:
 L_G = L_oh + α·L_a + β·L_ie (DAFL Eqs. 3–6) with L_oh = CE(D(x̂), argmax D(x̂)), L_a = −mean|f|
 (f = the teachers' penultimate activations; the per-teacher losses are averaged), L_ie =
-Σ_c p̄_c log p̄_c (p̄ = batch-mean softmax of D), α = 0.1, β = 5 (DAFL's values). Every
-iteration draws a fresh z, takes one generator step and one student KD step on the same
-(detached) batch, as DAFL's code does.
+Σ_c p̄_c log p̄_c (p̄ = batch-mean softmax of D), α = 0.1, β = 5 (DAFL's values).
+``kd_data="fresh"`` (the paper preset): every iteration draws a fresh z, takes one generator
+step and one student KD step on the same (detached) batch, as DAFL's code does. ``"pool"``:
+DENSE's distillation stage with DAFL's generator — the lowest-L_G batch of each epoch joins a
+pool and the student takes one pass over it (another reading of DENSE §3.1.4's "same
+setting").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -20,13 +24,14 @@ from ..checkpoint import Attrs
 from ..clients import ClientUpload
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
-from ..distill.loop import as_floats, open_run
+from ..distill.loop import as_floats, distil_pool, open_run
 from ..distill.losses import (
     dafl_activation_loss,
     dafl_information_entropy_loss,
     dafl_onehot_loss,
     kd_loss,
 )
+from ..distill.pool import ImagePool
 from .base import ServerContext, ServerResult
 
 
@@ -36,16 +41,24 @@ class FedDAFLConfig(GeneratorConfig):
     T = 200, ``steps_per_epoch`` = T_G = 30, batch 128, generator Adam 1e-3 (betas 0.5/0.999),
     student SGD 0.01 momentum 0.9, KD temperature 1 (DENSE Eq. 6). DAFL's own loss weights:
     ``act_weight`` α = 0.1, ``ie_weight`` β = 5, ``oh_weight`` 1. No authors' code exists, so
-    ``preset="authors_code"`` equals the paper preset."""
+    ``preset="authors_code"`` equals the paper preset.
+    ``kd_data``: ``"fresh"`` = DAFL's loop (a student step on every generator batch: 6000 KD
+    steps); ``"pool"`` = DENSE's distillation stage (each epoch's lowest-L_G batch joins an
+    8-bit pool when ``pool_uint8``, then one shuffled pass over it in batches of
+    ``kd_batch_size``: ≈ 20 000 KD steps at T = 200); see docs/decisions.md."""
 
     kd_temperature: float = 1.0
     oh_weight: float = 1.0
     act_weight: float = 0.1
     ie_weight: float = 5.0
+    kd_data: Literal["fresh", "pool"] = "fresh"
+    kd_batch_size: int = 128
+    pool_uint8: bool = True
     num_images: int = 64
 
     def __post_init__(self) -> None:
-        check_distill_config(self, counts=("nz", "ngf"), positive=("g_lr", "kd_temperature"),
+        check_distill_config(self, counts=("nz", "ngf", "kd_batch_size"),
+                             positive=("g_lr", "kd_temperature"),
                              nonnegative=("oh_weight", "act_weight", "ie_weight"))
 
     @property
@@ -82,10 +95,13 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     log = DaflLog()
-    state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev)}
+    pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
+    state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev),
+             **({"pool": pool} if pool is not None else {})}
     student.train()
     for _epoch in run_.epochs(state):
         ep_g, ep_kd = [], []
+        best_x, best_loss = None, torch.full((), float("inf"), device=dev)
         for _ in range(cfg.steps_per_epoch):
             z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
             with amp:
@@ -97,20 +113,32 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             opt_g.zero_grad(set_to_none=True)
             loss_g.backward()
             opt_g.step()
+            ep_g.append(loss_g.detach())
+            log.x, log.d = x.detach(), d.detach()
+            if pool is not None:  # the batch joins the pool if it is the epoch's best so far
+                lower = loss_g.detach() < best_loss
+                best_x = (x.detach().clone() if best_x is None
+                          else torch.where(lower, x.detach(), best_x))
+                best_loss = torch.minimum(best_loss, loss_g.detach())
+                continue
             with amp:
                 s_out = student(xi.detach())
             loss_s = kd_loss(s_out, d.detach(), cfg.kd_temperature)
             opt_s.zero_grad(set_to_none=True)
             loss_s.backward()
             opt_s.step()
-            ep_g.append(loss_g.detach())
             ep_kd.append(loss_s.detach())
-            log.x, log.d = x.detach(), d.detach()
+        if pool is not None and best_x is not None:
+            pool.add(best_x)
+            ep_kd.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size, cfg.kd_temperature))
         if ep_g:
             log.g_losses.append(torch.stack(ep_g).mean())
             log.kd_losses.append(torch.stack(ep_kd).mean())
     extras = {"g_loss": as_floats(log.g_losses), "kd_loss": as_floats(log.kd_losses),
-              "kd_steps": cfg.epochs * cfg.steps_per_epoch}
+              "kd_data": cfg.kd_data, "pool_size": len(pool) if pool is not None else 0,
+              "kd_steps": (cfg.epochs * cfg.steps_per_epoch if pool is None
+                           else sum(-(-cfg.batch_size * e // cfg.kd_batch_size)
+                                    for e in range(1, cfg.epochs + 1)))}
     return run_.result(cfg.method_name, cfg.preset, extras,
                        samples=(log.x, log.d.argmax(1) if log.d is not None else None),
                        num_images=cfg.num_images)
