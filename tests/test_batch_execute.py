@@ -72,7 +72,9 @@ def test_local_pool_marks_exception_dead_kernel_and_timeout_failed(tmp_path, mon
 
     tasks = [task("slow", seconds=120), task("ok"), task("boom", "raise"), task("die", "die")]
     monkeypatch.setattr(gpus, "GPU_POOL", GpuPool(["3", "5"]))  # two fake GPUs
-    cfg = ExecutorConfig(jobs=2, task_timeout=15, gpus_per_task=1)
+    # 30 s: the "ok" task (a kernel start) took over 15 s on 2 cores busy with the rest of the
+    # suite (two fresh-clone CI runs); the "slow" one sleeps 120 s
+    cfg = ExecutorConfig(jobs=2, task_timeout=30, gpus_per_task=1)
     out = tmp_path / "out"
     res = {r.task.parameters["tag"]: r for r in run_grid(tasks, out, cfg, nbdir, log=False)}
 
