@@ -20,9 +20,8 @@ import json
 import time
 
 import torch
+from dense_t1_setup import dense_t1_setup
 
-from ofl_core.clients import LocalTrainConfig
-from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.methods import run_method
 from ofl_core.methods.dafl import FedDAFLConfig
 
@@ -46,12 +45,7 @@ def main(argv: list[str] | None = None) -> None:
                                 ("kd_batch_size", args.batch_size)) if v is not None}
     for alpha in args.alphas:
         for seed in args.seeds:
-            cfg = ExperimentConfig(dataset=args.dataset, partition="dirichlet", alpha=alpha,
-                                   num_clients=5, seed=seed, experiment="main_tables",
-                                   progress=False,
-                                   local=LocalTrainConfig(arch="cnn_mnist",
-                                                          epochs=args.local_epochs))
-            setup = setup_experiment(cfg)
+            setup = dense_t1_setup(args.dataset, alpha, seed, args.local_epochs)
             ctx = setup.context()
             for kd_data in args.kd_data:
                 t0 = time.perf_counter()

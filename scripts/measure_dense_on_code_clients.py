@@ -23,10 +23,9 @@ import json
 import time
 
 import torch
+from dense_t1_setup import dense_t1_setup
 
-from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import accuracy
-from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.methods import run_method
 from ofl_core.methods.dense import DenseConfig
 from ofl_core.methods.fedavg import FedAvgConfig
@@ -49,13 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     server = {k: v for k, v in (("epochs", args.server_epochs),
                                 ("steps_per_epoch", args.steps_per_epoch)) if v is not None}
     for alpha in args.alphas:
-        local = LocalTrainConfig(arch="cnn_mnist", epochs=args.local_epochs,
-                                 bn_eval_after_first_epoch=args.bn_eval == "on")
-        cfg = ExperimentConfig(dataset=args.dataset, partition="dirichlet", alpha=alpha,
-                               num_clients=5, seed=args.seed, experiment="main_tables",
-                               progress=False, local=local)
         t0 = time.perf_counter()
-        setup = setup_experiment(cfg)
+        setup = dense_t1_setup(args.dataset, alpha, args.seed, args.local_epochs,
+                               bn_eval_after_first_epoch=args.bn_eval == "on")
         ctx = setup.context()
         t_clients = time.perf_counter() - t0
         acc = {}

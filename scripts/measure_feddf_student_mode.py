@@ -18,10 +18,9 @@ import argparse
 import json
 
 import torch
+from dense_t1_setup import dense_t1_setup
 
-from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import accuracy
-from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.methods import run_method
 from ofl_core.methods.fedavg import FedAvgConfig
 from ofl_core.methods.feddf import FedDFConfig
@@ -47,12 +46,7 @@ def main(argv: list[str] | None = None) -> None:
                                 ("batch_size", args.batch_size)) if v is not None}
     for alpha in args.alphas:
         for seed in args.seeds:
-            cfg = ExperimentConfig(dataset=args.dataset, partition="dirichlet", alpha=alpha,
-                                   num_clients=5, seed=seed, experiment="main_tables",
-                                   progress=False,
-                                   local=LocalTrainConfig(arch="cnn_mnist",
-                                                          epochs=args.local_epochs))
-            setup = setup_experiment(cfg)
+            setup = dense_t1_setup(args.dataset, alpha, seed, args.local_epochs)
             ctx = setup.context()
             fedavg = run_method("fedavg", setup.uploads, FedAvgConfig(weighted=True), ctx)
             for mode in args.modes:

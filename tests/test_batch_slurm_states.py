@@ -159,13 +159,20 @@ class FakeCluster:
         self.scheduler_info["workers"][f"tcp://{name}"] = {"name": name}
 
 
-def test_job_keeper_replaces_ended_jobs_and_gives_up_on_jobs_that_never_start(fake_slurm):
-    cluster = FakeCluster()
+def watching(cluster: FakeCluster) -> tuple[JobKeeper, list[str], list[str]]:
+    """A keeper of one job on ``cluster`` that gives up after 2 failed starts; its log lines
+    and the reasons it gave up with."""
     logs: list[str] = []
+    reasons: list[str] = []
     keeper = JobKeeper(cluster, 1, SlurmQueue(note=lambda m: None), log=logs.append,
                        max_failed_starts=2)
-    reasons: list[str] = []
     keeper.give_up = reasons.append
+    return keeper, logs, reasons
+
+
+def test_job_keeper_replaces_ended_jobs_and_gives_up_on_jobs_that_never_start(fake_slurm):
+    cluster = FakeCluster()
+    keeper, logs, reasons = watching(cluster)
     fake_slurm.write_text("100|RUNNING\n")
     cluster.connect("w-0")
     keeper.check()
@@ -200,11 +207,7 @@ def test_job_keeper_counts_an_ended_job_once_while_the_cluster_is_still_removing
             super().scale(jobs)
 
     cluster = SlowCluster()
-    logs: list[str] = []
-    keeper = JobKeeper(cluster, 1, SlurmQueue(note=lambda m: None), log=logs.append,
-                       max_failed_starts=2)
-    reasons: list[str] = []
-    keeper.give_up = reasons.append
+    keeper, logs, reasons = watching(cluster)
     fake_slurm.write_text("100|CANCELLED\n")  # cancelled while queued: never connected
     for _ in range(3):  # polls before the cluster has removed the job object
         keeper.check()
