@@ -20,7 +20,7 @@ from ..clients import ClientUpload
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, distil_pool, open_run
 from ..distill.losses import adi_competition_loss, total_variation_l1
-from ..distill.pool import ImagePool, jitter_flip
+from ..distill.pool import ImagePool, jitter_flip, keep_lowest
 from .base import ServerContext, ServerResult
 
 
@@ -92,10 +92,7 @@ def invert_batch(run_: DistillRun, cfg: FedADIConfig, num_classes: int, image_si
     for _ in range(cfg.steps_per_epoch):
         xj = run_.to_input(jitter_flip(x, cfg.jitter, cfg.flip, rng))
         loss = adi_loss(run_, xj, y, cfg)
-        lower = loss.detach() < best_loss
-        best_x = (x.detach().clone() if best_x is None
-                  else torch.where(lower, x.detach(), best_x))
-        best_loss = torch.minimum(best_loss, loss.detach())
+        best_x, best_loss = keep_lowest(best_x, best_loss, x, loss)
         opt_x.zero_grad(set_to_none=True)
         loss.backward()
         opt_x.step()

@@ -31,7 +31,7 @@ from ..distill.losses import (
     dafl_onehot_loss,
     kd_loss,
 )
-from ..distill.pool import ImagePool
+from ..distill.pool import ImagePool, keep_lowest
 from .base import ServerContext, ServerResult
 
 
@@ -116,10 +116,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             ep_g.append(loss_g.detach())
             log.x, log.d = x.detach(), d.detach()
             if pool is not None:  # the batch joins the pool if it is the epoch's best so far
-                lower = loss_g.detach() < best_loss
-                best_x = (x.detach().clone() if best_x is None
-                          else torch.where(lower, x.detach(), best_x))
-                best_loss = torch.minimum(best_loss, loss_g.detach())
+                best_x, best_loss = keep_lowest(best_x, best_loss, x, loss_g)
                 continue
             with amp:
                 s_out = student(xi.detach())
