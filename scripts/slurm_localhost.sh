@@ -108,7 +108,8 @@ fi
 
 # slurm.conf: this host is the controller and the only node
 host=$(hostname -s)
-cpus=$(nproc)
+# GNU nproc answers OMP_NUM_THREADS when it is set (as in the test workers): count the cores
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 mem=$(slurmd -C 2>/dev/null | grep -o 'RealMemory=[0-9]*' | cut -d= -f2 || true)
 [ -n "$mem" ] || mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))
 conf=$(cat <<EOF

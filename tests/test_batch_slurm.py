@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +119,16 @@ def poll_config(tmp_path: Path) -> str:
     conf = tmp_path / "executor.yaml"
     conf.write_text("poll_seconds: 1\n")
     return str(conf)
+
+
+def test_the_local_node_offers_every_core_of_the_machine(slurm):
+    """The node has all the cores, also when SLURM was brought up from a test worker, whose
+    ``OMP_NUM_THREADS`` is 1 and which GNU ``nproc`` answers: with one CPU the node ran one
+    1-core job at a time and every test below waited on the one before."""
+    node = subprocess.run(["scontrol", "-o", "show", "node"], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    cpus = [int(v) for v in re.findall(r"\bCPUTot=(\d+)", node)]
+    assert cpus == [len(os.sched_getaffinity(0))], node
 
 
 def test_submitit_job_array_runs_a_grid_without_sacct_warnings(slurm, tmp_path, capfd):
