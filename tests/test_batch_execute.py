@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -113,3 +114,39 @@ def test_inline_cell_timeout_marks_the_task_failed(tmp_path):
     t = Task("probe", {"tag": "s", "seconds": 60, "probe_dir": str(tmp_path)})
     (r,) = run_grid([t], tmp_path / "out", ExecutorConfig(cell_timeout=2), nbdir, log=False)
     assert r.status == "failed" and "CellTimeoutError" in r.error, r.error
+
+
+@pytest.mark.skipif(not shutil.which("git"), reason="needs git")
+def test_code_version_names_the_commit_and_edits_without_running_the_notebook_filter(tmp_path):
+    """A run's ``code_version``: the commit, ``+dirty`` for an edited module or notebook .py;
+    git's clean filter for .ipynb files (nbstripout, a Python process per file) never runs,
+    even for an .ipynb that differs from its committed form."""
+    import subprocess
+
+    from ofl_core.batch.execute import code_version
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c",
+                               "user.email=t@t", *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    for rel, text in [("ofl_core/m.py", "x = 1\n"), ("notebooks/a.py", "# %%\n1\n"),
+                      ("notebooks/a.ipynb", "{}\n"), (".gitattributes", "*.ipynb filter=slow\n")]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    log = tmp_path.parent / "filter-ran"
+    git("config", "filter.slow.clean", f"sh -c 'echo ran >> {log}; cat'")
+    rev = git("rev-parse", "--short=12", "HEAD")
+
+    (tmp_path / "notebooks/a.ipynb").write_text('{"cells": []}\n')
+    assert code_version(tmp_path).endswith(f"git {rev}")
+    assert not log.exists(), "the .ipynb filter ran"
+    (tmp_path / "notebooks/a.py").write_text("# %%\n2\n")
+    assert code_version(tmp_path).endswith(f"git {rev}+dirty")
+    git("checkout", "--", "notebooks/a.py")
+    (tmp_path / "ofl_core/m.py").write_text("x = 2\n")
+    assert code_version(tmp_path).endswith(f"git {rev}+dirty")
+    assert not log.exists(), "the .ipynb filter ran"

@@ -145,12 +145,17 @@ def _error_tail(e: BaseException, lines: int = 8) -> str:
     return "\n".join(rows[-lines:])
 
 
-def code_version() -> str:
+def code_version(root: Path | None = None) -> str:
     """The library that produced a run: ``ofl_core`` version and the git commit of its
-    checkout (``+dirty`` when it had uncommitted changes; the version alone outside git)."""
+    checkout ``root`` (``+dirty`` when ``ofl_core/`` or a notebook's .py had uncommitted
+    changes; the version alone outside git).
+
+    The .ipynb twins are left out of the check: the .py is the notebook's source (the tests
+    hold the pair equal), and git would run the nbstripout filter, a Python process, on every
+    .ipynb whose stat data it cannot trust: 18 s per call in a fresh clone, once per task."""
     import ofl_core
 
-    root = Path(ofl_core.__file__).resolve().parent.parent
+    root = root or Path(ofl_core.__file__).resolve().parent.parent
     version = f"ofl_core {ofl_core.__version__}"
     if not shutil.which("git"):
         return version
@@ -160,7 +165,8 @@ def code_version() -> str:
         if rev.returncode != 0:
             return version
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no", "--", "ofl_core", "notebooks"],
+                                "--untracked-files=no", "--", "ofl_core",
+                                ":(glob)notebooks/*.py"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return version
