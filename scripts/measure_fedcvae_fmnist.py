@@ -20,6 +20,7 @@ expect about the baselines' time again (not yet timed at full scale).
         [--presets paper authors_code] [--only-cvae | --only-baselines]
         [--local-epochs N] [--cvae-epochs N]      # reduced epochs: a smoke test only
         [--amp auto|off] [--baselines fedavg]     # off: float32 baseline clients
+        [--cvae-amp on|off] [--cvae-kinds fedcvae-kd]  # CVAE clients' precision, which ones
         [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
 
 ``--cvae-presets authors_code paper`` runs FedCVAE-Ens/-KD on the authors' code's decoders with
@@ -81,6 +82,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--server-set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="FedCVAE-Ens/-KD server fields to override, e.g. allocation=equal "
                         "conv_relu=false (values read as JSON where they parse)")
+    p.add_argument("--cvae-amp", choices=["default", "on", "off"], default="default",
+                   help="CVAE clients under bfloat16 autocast (on) or in float32 (off); "
+                        "default: the library's")
+    p.add_argument("--cvae-kinds", nargs="+", default=["fedcvae-ens", "fedcvae-kd"],
+                   choices=["fedcvae-ens", "fedcvae-kd"], help="which CVAE clients to train")
     p.add_argument("--amp", choices=["auto", "off"], default="auto",
                    help="baseline clients under bfloat16 autocast where native (auto, the "
                         "notebooks' default) or in float32 (off)")
@@ -107,11 +113,14 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
     """(client kind, preset, client config, [(method, method config)]) to run, in order."""
     out = []
     if not args.only_baselines:
-        cvae = {"epochs": args.cvae_epochs}
+        cvae = {"epochs": args.cvae_epochs,
+                **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"})}
         clients, server = args.cvae_presets
         plain = (clients, server) == ("paper", "paper") and not args.server_overrides
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
                               ("fedcvae-kd", ["fedcvae-kd"] + (["param-avg"] if plain else []))):
+            if kind not in args.cvae_kinds:
+                continue
             mcfgs = configure_methods(methods, [server], common={"dataset": "fmnist"},
                                       overrides={m: args.server_overrides for m in methods})
             out.append((kind, clients, client_config(kind, "fmnist", clients, cvae=cvae),

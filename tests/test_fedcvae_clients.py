@@ -23,6 +23,7 @@ from ofl_core.fedcvae.server import FedCVAEEnsConfig, run_ens
 from ofl_core.fedcvae.uploads import decoder_from_upload, validate_decoder_upload
 from ofl_core.models import build_model
 from ofl_core.models.cvae import CVAE, build_cvae, build_decoder, kl_divergence, reconstruction_loss
+from ofl_core.precision import native_bf16
 from ofl_core.upload_cache import UploadCache
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
@@ -211,6 +212,27 @@ def test_speed_options_get_their_own_cache_entries_and_plain_uploads(fedcvae_tin
     # before BN, into full-size steps), hence the separate entries
     assert any(not torch.equal(a.state_dict[k], b.state_dict[k])
                for a, b in zip(ups_fast, ups_plain, strict=True) for k in a.state_dict)
+
+
+def test_bfloat16_clients_train_under_autocast_with_their_own_cache_entries(
+        fedcvae_tiny: dict, tmp_path) -> None:
+    """``amp=True``: the CVAE's forward pass under bfloat16 autocast; the decoders differ from
+    float32 ones and get their own cache entries; "auto" keys what it resolves to."""
+    ds, part = fedcvae_tiny["ds"], fedcvae_tiny["part"]
+    fp32 = dataclasses.replace(fedcvae_tiny["cfg"], epochs=1)
+    bf16 = dataclasses.replace(fp32, amp=True)
+    assert bf16.speed_key("cpu") == {**fp32.speed_key("cpu"), "amp": True}
+    assert bf16.training_fields() == fp32.training_fields()
+    auto = dataclasses.replace(fp32, amp="auto").speed_key("cpu")
+    assert auto.get("amp", False) == native_bf16("cpu")
+    cache = UploadCache(tmp_path)
+    a = train_clients(ds, part, fp32, seed=5, cache=cache, workers=1, progress=False)
+    b = train_clients(ds, part, bf16, seed=5, cache=cache, workers=1, progress=False)
+    assert cache.misses == 8 and len(cache) == 8
+    assert any(not torch.equal(x.state_dict[k], y.state_dict[k])
+               for x, y in zip(a, b, strict=True) for k in x.state_dict)
+    assert all(v.dtype == torch.float32 for u in b for v in u.state_dict.values()
+               if v.is_floating_point())
 
 
 def test_uploads_carry_no_training_images(fedcvae_tiny: dict) -> None:

@@ -29,6 +29,7 @@ from ..clients import (
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
+from ..precision import resolve_amp
 from ..presets import check_preset
 from ..progress import progress_bar
 from ..seeds import client_seed
@@ -88,10 +89,12 @@ class CVAETrainConfig:
 
     Speed options (same arithmetic up to float rounding): ``channels_last`` (convolutions on
     NHWC activations; "auto" = on the CPU) and ``fused_adam`` (one fused kernel per Adam step
-    instead of per-tensor foreach ops; "auto" = always). A decoder trained with either gets
-    its own cache entry (:meth:`speed_key`), so a cached result never depends on which code
-    filled the cache; with both off the keys are those from before the options existed.
-    Measured in docs/decisions.md ("Speed against the authors' code", FedCVAE-Ens).
+    instead of per-tensor foreach ops; "auto" = always). ``amp``: bfloat16 autocast of the
+    client's forward pass ("auto" = where bfloat16 is native, as local training's; off by
+    default until shown accuracy-neutral for FedCVAE, docs/decisions.md). A decoder trained
+    with any of them gets its own cache entry (:meth:`speed_key`), so a cached result never
+    depends on which code filled the cache; with all off the keys are those from before the
+    options existed. Measured in docs/decisions.md ("Speed against the authors' code").
     """
 
     variant: str = "cvae"
@@ -108,6 +111,7 @@ class CVAETrainConfig:
     label_noise_seed: int | None = None
     channels_last: bool | Literal["auto"] = "auto"
     fused_adam: bool | Literal["auto"] = "auto"
+    amp: bool | Literal["auto"] = False
     preset: str = "paper"
 
     def __post_init__(self) -> None:
@@ -150,16 +154,17 @@ class CVAETrainConfig:
         return cl, True if self.fused_adam == "auto" else bool(self.fused_adam)
 
     def speed_key(self, device: str | torch.device) -> dict[str, bool]:
-        """The cache-key entries of the speed options in effect on ``device`` (none when both
+        """The cache-key entries of the speed options in effect on ``device`` (none when all
         are off: the arithmetic of decoders cached before these options existed)."""
         cl, fused = self.resolved_speed(device)
-        return {k: True for k, on in (("channels_last", cl), ("fused_adam", fused)) if on}
+        return {k: True for k, on in (("channels_last", cl), ("fused_adam", fused),
+                                      ("amp", resolve_amp(self.amp, device))) if on}
 
     def training_fields(self) -> dict:
         """The fields that determine the trained decoder (the cache key's part)."""
         d = asdict(self)
         for k in ("label_noise_gamma", "label_noise", "label_noise_seed", "preset",
-                  "channels_last", "fused_adam"):
+                  "channels_last", "fused_adam", "amp"):
             d.pop(k)
         return d
 
@@ -230,6 +235,7 @@ def train_cvae(
                            cfg.latent_dim, cfg.condition_encoder, cfg.prior_mean)
     model.to(dev).train()
     channels_last, fused = cfg.resolved_speed(dev)
+    amp = resolve_amp(cfg.amp, dev)
     if channels_last:
         model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused or None)
@@ -246,7 +252,8 @@ def train_cvae(
             xb = xd[idx].float().div_(255.0)
             if channels_last:
                 xb = xb.contiguous(memory_format=torch.channels_last)
-            loss = cvae_loss(model, xb, yd[idx], cfg.beta, gen)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                loss = cvae_loss(model, xb, yd[idx], cfg.beta, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
