@@ -169,10 +169,10 @@ def main(argv: list[str] | None = None) -> None:
                 last = (res.last_acc if res.last_acc is not None
                         else accuracy(res.model, ds.x_test, ds.y_test))
                 best = res.best_acc if res.best_acc is not None else last
+                server_set = args.server_overrides if kind.startswith("fedcvae") else {}
                 log(event="result", method=name, seed=seed, preset=mcfg.preset,
-                    clients=preset, server_set=args.server_overrides if kind.startswith(
-                        "fedcvae") else {}, last=last, best=best, curve=res.curve,
-                    secs=round(time.perf_counter() - t, 1))
+                    clients=preset, amp=getattr(clients, "amp", None), server_set=server_set,
+                    last=last, best=best, curve=res.curve, secs=round(time.perf_counter() - t, 1))
     log(event="done", total_secs=round(time.perf_counter() - t0, 1))
 
 
