@@ -17,6 +17,7 @@ temporary cache). Run one stage at a time on an idle machine:
     OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage dense --threads 1
     OMP_NUM_THREADS=1 python benchmarks/bench_stages.py --stage fedcvae --threads 1
     python benchmarks/bench_stages.py --stage local --threads 2
+    python benchmarks/bench_stages.py --stage dense --device cuda   # on a GPU
 
 (``dense`` trains its clients first, untimed, with the library's default local precision, or
 loads them from ``--cache-dir``; there ``--precision`` sets the server's arithmetic and
@@ -66,33 +67,36 @@ def server_amp(precision: str) -> dict[str, bool]:
     return {} if precision == "default" else {"amp": precision == "bf16"}
 
 
-def dense_experiment(cache_dir: str, precision: str) -> ExperimentConfig:
+def dense_experiment(cache_dir: str, precision: str, device: str) -> ExperimentConfig:
     local = LocalTrainConfig.for_preset("authors_code", epochs=20, batch_size=128,
                                         amp=local_amp(precision))
     return ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=0.1, num_clients=5,
-                            seed=1, local=local, cache_dir=cache_dir, experiment="bench")
+                            seed=1, local=local, cache_dir=cache_dir, experiment="bench",
+                            device=device)
 
 
-def stage_local(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
+def stage_local(cache_dir: str, precision: str, trainer: str, seed: int,
+                device: str) -> tuple[float, str]:
     from ofl_core.client_training import train_clients
     from ofl_core.data.partition import make_partition
     from ofl_core.experiment import load_experiment_data
 
-    exp = dense_experiment(cache_dir, precision)
+    exp = dense_experiment(cache_dir, precision, device)
     ds = load_experiment_data(exp)
     part = make_partition(ds.y_train.numpy(), exp.num_clients, exp.partition, alpha=exp.alpha,
                           seed=exp.seed)
     t0 = time.perf_counter()
     ups = train_clients(ds, part, exp.local, exp.seed, cache=None, workers=1, progress=False,
-                        trainer=trainer)
+                        trainer=trainer, device=device)
     secs = time.perf_counter() - t0
     return secs, f"{len(ups)} clients, sizes {part.sizes.tolist()}"
 
 
-def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
+def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int,
+                device: str) -> tuple[float, str]:
     # the clients always as the library trains them by default, so that float32 and bfloat16
     # servers distil the same teachers; ``precision`` is the server's
-    exp = dense_experiment(cache_dir, "default")
+    exp = dense_experiment(cache_dir, "default", device)
     setup = setup_experiment(exp)  # clients trained (untimed) or loaded from the cache
     # the authors' 685 s used batch 128 for the synthetic and the KD batches
     cfg = method_config("dense", "authors_code", epochs=30, steps_per_epoch=30, batch_size=128,
@@ -107,14 +111,15 @@ def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int) -> tupl
                  f"(ensemble {setup.ensemble_acc:.2f})"
 
 
-def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int) -> tuple[float, str]:
+def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int,
+                  device: str) -> tuple[float, str]:
     from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
     from ofl_core.tables import Serves, run_tables
 
     # partition seed 1693 as in the paper's Table 1 runs; ``seed`` = the model seed
     exp = ExperimentConfig(dataset="fmnist", partition="dirichlet_fedcvae", alpha=0.01,
                            num_clients=10, seed=seed, cache_dir=cache_dir, experiment="bench",
-                           **fedcvae_data_settings("fmnist"))
+                           device=device, **fedcvae_data_settings("fmnist"))
     cvae = {} if precision == "default" else {"amp": precision == "bf16"}
     t0 = time.perf_counter()
     tables = run_tables(fedcvae_runs(exp, configure_methods(["fedcvae-ens"], common={
@@ -131,11 +136,11 @@ def resolved_precision(args: argparse.Namespace) -> str:
         from ofl_core.fedcvae.clients import CVAETrainConfig
 
         amp = CVAETrainConfig().amp if args.precision == "default" else args.precision == "bf16"
-        return f"CVAE clients {'bf16' if resolve_amp(amp, 'cpu') else 'fp32'}, server fp32"
+        return f"CVAE clients {'bf16' if resolve_amp(amp, args.device) else 'fp32'}, server fp32"
     if args.stage == "local":
-        return f"local {'bf16' if resolve_amp(local_amp(args.precision), 'cpu') else 'fp32'}"
+        return f"local {'bf16' if resolve_amp(local_amp(args.precision), args.device) else 'fp32'}"
     amp = server_amp(args.precision).get("amp", method_config("dense", "authors_code").amp)
-    return f"clients local default, server {'bf16' if resolve_amp(amp, 'cpu') else 'fp32'}"
+    return f"clients local default, server {'bf16' if resolve_amp(amp, args.device) else 'fp32'}"
 
 
 STAGES = {"local": stage_local, "dense": stage_dense, "fedcvae": stage_fedcvae}
@@ -151,6 +156,7 @@ def main() -> None:
                     "stage), DENSE's server (the dense stage) or the CVAE clients (the fedcvae "
                     "stage) in that precision")
     ap.add_argument("--trainer", default="auto", choices=("auto", "grouped", "sequential"))
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 … (default cpu)")
     ap.add_argument("--seed", type=int, default=None,
                     help="server seed of the dense stage (default 1; its clients stay those of "
                     "seed 1), model seed of the fedcvae stage (default 1693, the partition's)")
@@ -160,9 +166,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seed = args.seed if args.seed is not None else (1693 if args.stage == "fedcvae" else 1)
         secs, note = STAGES[args.stage](args.cache_dir or tmp, args.precision, args.trainer,
-                                        seed)
+                                        seed, args.device)
     peer = AUTHORS[args.stage]
-    print(f"{args.stage}: {secs:.1f} s at {args.threads} thread(s)"
+    print(f"{args.stage}: {secs:.1f} s on {args.device} at {args.threads} thread(s)"
           f", precision {args.precision} ({resolved_precision(args)}); authors' code "
           f"{peer:.0f} s → {peer / secs:.2f}× ({note})")
 
