@@ -171,9 +171,6 @@ def resolve_pool_augment(cfg_value: str, augment: bool, in_channels: int) -> str
     return cfg_value
 
 
-__all__ = ["ImagePool", "augment_batch", "jitter_flip", "resolve_pool_augment"]
-
-
 def keep_lowest(best_x: torch.Tensor | None, best_loss: torch.Tensor, x: torch.Tensor,
                 loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The lower-loss of (``best_x``, ``best_loss``) and (``x``, ``loss``), without a host
@@ -181,3 +178,7 @@ def keep_lowest(best_x: torch.Tensor | None, best_loss: torch.Tensor, x: torch.T
     x, loss = x.detach(), loss.detach()
     best_x = x.clone() if best_x is None else torch.where(loss < best_loss, x, best_x)
     return best_x, torch.minimum(best_loss, loss)
+
+
+__all__ = ["ImagePool", "augment_batch", "jitter_flip", "keep_lowest",
+           "resolve_pool_augment"]

@@ -147,18 +147,18 @@ class CVAETrainConfig:
         """FMNIST FedCVAE-Ens settings for ``preset`` (see :meth:`for_dataset`)."""
         return cls.for_dataset("fmnist", "ens", preset, **overrides)
 
-    def resolved_speed(self, device: str | torch.device) -> tuple[bool, bool]:
-        """(channels_last, fused_adam) as they apply on ``device``."""
+    def resolved_speed(self, device: str | torch.device) -> dict[str, bool]:
+        """``channels_last``, ``fused_adam`` and ``amp`` as they apply on ``device``."""
         cl = (torch.device(device).type == "cpu" if self.channels_last == "auto"
               else bool(self.channels_last))
-        return cl, True if self.fused_adam == "auto" else bool(self.fused_adam)
+        return {"channels_last": cl,
+                "fused_adam": True if self.fused_adam == "auto" else bool(self.fused_adam),
+                "amp": resolve_amp(self.amp, device)}
 
     def speed_key(self, device: str | torch.device) -> dict[str, bool]:
         """The cache-key entries of the speed options in effect on ``device`` (none when all
         are off: the arithmetic of decoders cached before these options existed)."""
-        cl, fused = self.resolved_speed(device)
-        return {k: True for k, on in (("channels_last", cl), ("fused_adam", fused),
-                                      ("amp", resolve_amp(self.amp, device))) if on}
+        return {k: True for k, on in self.resolved_speed(device).items() if on}
 
     def training_fields(self) -> dict:
         """The fields that determine the trained decoder (the cache key's part)."""
@@ -234,8 +234,8 @@ def train_cvae(
         model = build_cvae(cfg.variant, num_classes, int(x.shape[1]), int(x.shape[-1]),
                            cfg.latent_dim, cfg.condition_encoder, cfg.prior_mean)
     model.to(dev).train()
-    channels_last, fused = cfg.resolved_speed(dev)
-    amp = resolve_amp(cfg.amp, dev)
+    speed = cfg.resolved_speed(dev)
+    channels_last, fused, amp = speed["channels_last"], speed["fused_adam"], speed["amp"]
     if channels_last:
         model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused or None)
