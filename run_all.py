@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# the notebooks, grids and results/ beside this script, whichever way ofl_core is installed
+os.environ.setdefault("OFL_PROJECT_DIR", str(Path(__file__).resolve().parent))
+
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
 from ofl_core.batch.gpus import NoGpuError

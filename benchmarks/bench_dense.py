@@ -118,18 +118,19 @@ from torch import nn
 from torchvision import transforms
 from torchvision.utils import save_image
 
-import ofl_core.methods.dense as dense_module
+import ofl_core.dense.server as dense_module
 from ofl_core.clients import ClientUpload
 from ofl_core.cpu_memory import large_blocks_from_heap
+from ofl_core.dense.server import DenseConfig, DenseSynthesizer, Distiller
 from ofl_core.distill.generator import build_generator, sample_latents
 from ofl_core.distill.kernels import fuse_relu_maxpool
 from ofl_core.distill.pool import ImagePool, resolve_pool_augment
 from ofl_core.distill.teachers import TeacherBank
 from ofl_core.evaluate import accuracy
-from ofl_core.methods import ServerContext, method_config, run_method
-from ofl_core.methods.dense import DenseConfig, DenseSynthesizer, Distiller
 from ofl_core.models import build_model
 from ofl_core.models.generator import Generator
+from ofl_core.registry import method_config, run_method
+from ofl_core.server import ServerContext
 
 SETUPS = (("cnn_mnist", 1, 28), ("cnn_cifar", 3, 32))
 

@@ -31,9 +31,9 @@ from ofl_core.fedcvae.hparams import fedcvae_hparams
 from ofl_core.fedcvae.sampling import allocate_samples, sample_client_decoders, truncated_sampler
 from ofl_core.fedcvae.server import FedCVAEEnsConfig, FedCVAEKDConfig
 from ofl_core.fedcvae.uploads import decoder_from_upload
-from ofl_core.methods import ServerContext
 from ofl_core.models.cvae import build_decoder, truncated_normal
 from ofl_core.seeds import client_seed, cvae_init_seed
+from ofl_core.server import ServerContext
 
 
 def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:

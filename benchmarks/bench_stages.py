@@ -50,8 +50,8 @@ from ofl_core.experiment import (
     method_config,
     setup_experiment,
 )
-from ofl_core.methods import run_method
 from ofl_core.precision import resolve_amp
+from ofl_core.registry import run_method
 
 AUTHORS = {"local": 418.0, "dense": 685.0, "fedcvae": 374.0}
 
@@ -113,7 +113,7 @@ def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int,
 
 def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int,
                   device: str) -> tuple[float, str]:
-    from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
+    from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
     from ofl_core.tables import Serves, run_tables
 
     # partition seed 1693 as in the paper's Table 1 runs; ``seed`` = the model seed

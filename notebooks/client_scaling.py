@@ -79,9 +79,9 @@ figures_dir: str = "../figures/client_scaling"
 # %%
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
 from ofl_core.results import paper_methods, record
 from ofl_core.sections import client_scaling as section
+from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experiment="client_scaling")

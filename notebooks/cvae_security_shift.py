@@ -67,10 +67,10 @@ figures_dir: str = "../figures/cvae_security_shift"
 
 # %%
 from ofl_core.experiment import ExperimentConfig
-from ofl_core.fedcvae.experiment import fedcvae_data_settings
 from ofl_core.plots import save_figure
 from ofl_core.results import record
 from ofl_core.sections import cvae_security_shift as sec
+from ofl_core.sections.fedcvae_runs import fedcvae_data_settings
 from ofl_core.tables import run_tables
 
 base = ExperimentConfig(dataset=dataset, partition="dirichlet_fedcvae", num_clients=num_clients,

@@ -113,7 +113,7 @@ runs += [Run(ExperimentConfig(**p, num_clients=len(fedhydra_archs), archs=fedhyd
 # setting `models=heterogeneous`. Every method sees the same partition in both cases.
 
 # %%
-from ofl_core.fedcvae.experiment import fedcvae_data_settings
+from ofl_core.sections.fedcvae_runs import fedcvae_data_settings
 
 runs += [r for fds in fedcvae_datasets for s in seeds for r in section.fedcvae_fig4_runs(
     ExperimentConfig(dataset=fds, partition="dirichlet_fedcvae", alpha=fedcvae_alpha,

@@ -84,9 +84,9 @@ figures_dir: str = "../figures/main_tables"
 # %%
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedcvae.experiment import fedcvae_data_settings, fedcvae_runs
 from ofl_core.plots import save_paper_vs_ours
 from ofl_core.results import paper_methods, paper_results, record
+from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experiment="main_tables")

@@ -78,10 +78,10 @@ teacher_regime_full_results: Optional[str] = None
 # %%
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.fedhydra.teacher_regime import RESULTS_FULL
 from ofl_core.plots import save_paper_vs_ours
 from ofl_core.results import record
 from ofl_core.sections import two_classes_per_client as section
+from ofl_core.sections.teacher_regime import RESULTS_FULL
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(dataset=dataset, num_clients=num_clients, local=LocalTrainConfig(

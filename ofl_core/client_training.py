@@ -34,7 +34,7 @@ from .data.partition import Partition, check_no_empty_client
 from .grouped_training import groupable, train_grouped
 from .precision import resolve_amp
 from .progress import progress_bar
-from .seeds import client_seed, cvae_init_seed
+from .seeds import client_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
 
 State = dict[str, torch.Tensor]
@@ -69,6 +69,9 @@ class ClientKind:
     upload: Callable[[int, State, ImageDataset, Partition, Any, int], ClientUpload]
     check: Callable[[ImageDataset], None] = lambda dataset: None
     upload_kind: str = "classifier"
+    #: what else keys a client's cache entry on this device (precision, kernels that round
+    #: differently)
+    device_key: Callable[[Any, str | torch.device], dict] = lambda cfg, device: {}
 
 
 def _train_classifier(job: ClientJob) -> State:
@@ -87,55 +90,23 @@ def _classifier_upload(k: int, state: State, dataset: ImageDataset, partition: P
                         model_kwargs=dict(cfg.model_kwargs))
 
 
-def _train_decoder(job: ClientJob) -> State:
-    from .fedcvae.clients import train_cvae
-
-    state, _ = train_cvae(job.x, job.y, job.cfg, job.num_classes,
-                          client_seed(job.seed, job.client_id),
-                          cvae_init_seed(job.seed, job.client_id, job.cfg), job.device,
-                          progress=job.progress, desc=f"CVAE client {job.client_id}")
-    return state
+def _classifier_device_key(cfg: LocalTrainConfig, device: str | torch.device) -> dict:
+    return {"amp": resolve_amp(cfg.amp, device)}
 
 
-def _decoder_key(dataset: ImageDataset, partition: Partition, k: int, cfg: Any, seed: int,
-                 init_hash: str | None) -> dict:
-    from .fedcvae.clients import cvae_key_payload
-
-    if init_hash is not None:
-        raise ValueError("FedCVAE clients train once from their own initialisation; "
-                         "init_state is for classifier clients (multi-round FL)")
-    return cvae_key_payload(dataset, partition, k, cfg, seed)
-
-
-def _decoder_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,
-                    cfg: Any, seed: int) -> ClientUpload:
-    from .fedcvae.clients import make_decoder_upload
-
-    return make_decoder_upload(k, state, partition.counts[k], cfg, dataset.num_classes,
-                               dataset.channels, dataset.image_size, seed)
-
-
-def _check_decoder_data(dataset: ImageDataset) -> None:
-    if dataset.image_size % 16:
-        raise ValueError(
-            f"FedCVAE's CVAE needs 32-px images but {dataset.name!r} is {dataset.image_size} px; "
-            "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
-        )
-
-
-CLASSIFIER = ClientKind("clients", _train_classifier, train_key_payload, _classifier_upload)
-DECODER = ClientKind("CVAE clients", _train_decoder, _decoder_key, _decoder_upload,
-                     _check_decoder_data, upload_kind="decoder")
+CLASSIFIER = ClientKind("clients", _train_classifier, train_key_payload, _classifier_upload,
+                        device_key=_classifier_device_key)
 
 
 def client_kind(cfg: Any) -> ClientKind:
-    """The kind of client a training config makes (classifier or FedCVAE decoder)."""
+    """The kind of client a training config makes: a classifier for a
+    :class:`LocalTrainConfig`, else the kind the config's own ``client_kind()`` names (FedCVAE's
+    :class:`~ofl_core.fedcvae.clients.CVAETrainConfig` makes decoders)."""
     if isinstance(cfg, LocalTrainConfig):
         return CLASSIFIER
-    from .fedcvae.clients import CVAETrainConfig
-
-    if isinstance(cfg, CVAETrainConfig):
-        return DECODER
+    kind = getattr(cfg, "client_kind", None)
+    if callable(kind) and isinstance(kind(), ClientKind):
+        return kind()
     raise TypeError(f"a client config must be a LocalTrainConfig or a CVAETrainConfig "
                     f"(got {type(cfg).__name__})")
 
@@ -249,11 +220,8 @@ def train_clients(
     grouped = _use_grouped(trainer, kind, cfgs, device, init_state)
     if grouped:  # the grouped kernels round differently: their own cache entries
         keys = [{**key, "trainer": "grouped"} for key in keys]
-    if kind is CLASSIFIER:  # "auto" precision depends on the machine: key what it resolves to
-        keys = [{**key, "amp": resolve_amp(c.amp, device)} for key, c in zip(keys, cfgs,
-                                                                              strict=True)]
-    if kind is DECODER:  # channels-last / fused Adam round differently: their own entries
-        keys = [{**key, **c.speed_key(device)} for key, c in zip(keys, cfgs, strict=True)]
+    # "auto" precision, channels-last or fused Adam depend on the machine: key what they resolve to
+    keys = [{**key, **kind.device_key(c, device)} for key, c in zip(keys, cfgs, strict=True)]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
         states = cached_states(cache, kind, keys, dataset, partition, cfgs, seed)
         todo = [k for k in range(m) if k not in states]
@@ -293,5 +261,5 @@ def train_clients(
     return [kind.upload(k, states[k], dataset, partition, cfgs[k], seed) for k in range(m)]
 
 
-__all__ = ["CLASSIFIER", "DECODER", "ClientJob", "ClientKind", "cached_states", "client_kind",
+__all__ = ["CLASSIFIER", "ClientJob", "ClientKind", "cached_states", "client_kind",
            "resolve_workers", "train_clients"]

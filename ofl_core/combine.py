@@ -1,6 +1,6 @@
 """Frozen client models combined into one scorer: the teacher ensemble D(x) = (1/m) Σ_k f_k(x)
 (DENSE Eq. 1) and FedOneShot's and FedCVAE's combiners. FedHydra's stratified aggregation is
-:mod:`ofl_core.fedhydra.aggregation`."""
+:mod:`ofl_core.distill.stratified_aggregation`."""
 
 from __future__ import annotations
 

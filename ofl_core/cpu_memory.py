@@ -62,11 +62,6 @@ def _glibc() -> ctypes.CDLL | None:
 _LIBC = _glibc()
 
 
-def heap_allocation_available() -> bool:
-    """Whether :func:`large_blocks_from_heap` changes anything in this process."""
-    return _LIBC is not None
-
-
 @contextmanager
 def large_blocks_from_heap(enabled: bool = True) -> Iterator[None]:
     """Within the block, large allocations come from (and return to) the heap instead of

@@ -63,18 +63,6 @@ def accuracy(
     return float((pred == y.cpu()).float().mean() * 100.0)
 
 
-def per_class_accuracy(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-    batch_size: int | None = None, device: str | torch.device = "cpu",
-) -> torch.Tensor:
-    """Accuracy (percent) of each class; NaN for classes absent from ``y``."""
-    pred = predict_logits(model, x, batch_size, device).argmax(1)
-    y = y.cpu()
-    correct = torch.bincount(y[pred == y], minlength=num_classes).float()
-    total = torch.bincount(y, minlength=num_classes).float()
-    return torch.where(total > 0, correct / total.clamp(min=1) * 100.0, float("nan"))
-
-
 def client_accuracies(uploads: Sequence[ClientUpload], dataset: ImageDataset,
                       device: str | torch.device = "cpu") -> tuple[list[float], float]:
     """Each classifier client's test accuracy and the mean-logit ensemble's (DENSE Eq. 1),

@@ -30,9 +30,11 @@ from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
-from .methods import METHODS, ServerContext, ServerResult, method_config, run_method
+from .models import MODEL_NAMES
 from .precision import precision_label, resolve_amp
+from .registry import METHODS, method_config, run_method
 from .results import ResultRecord
+from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
 from .validation import COUNT, NONNEG, check_config, check_device, within
 
@@ -102,8 +104,6 @@ class ExperimentConfig:
             if len(self.archs) != self.num_clients:
                 raise ValueError(f"archs gives {len(self.archs)} architectures for "
                                  f"{self.num_clients} clients; give one per client")
-            from .models import MODEL_NAMES
-
             bad = [a for a in self.archs if a not in MODEL_NAMES]
             if bad:
                 raise ValueError(f"archs: unknown model(s) {bad}; known: {', '.join(MODEL_NAMES)}")
@@ -339,4 +339,4 @@ def configure_methods(
 
 
 def _fields(method: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(METHODS[method][0])}
+    return {f.name for f in dataclasses.fields(METHODS[method].config)}

@@ -29,10 +29,13 @@ from .client_training import train_clients
 from .clients import ClientUpload, LocalTrainConfig, init_model
 from .data.datasets import ImageDataset
 from .data.partition import Partition
+from .dense.server import run_dense
 from .evaluate import accuracy, client_accuracies
-from .methods import ServerContext, ServerResult, run_method
+from .fedhydra.server import run_fedhydra
+from .registry import run_method
 from .results import ResultRecord
 from .seeds import derive_seed
+from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
 
 #: server(uploads, ctx, previous global state or None) -> the round's ServerResult
@@ -50,16 +53,12 @@ def server_for(name: str, cfg: Any, warm_start: bool = True) -> ServerFn:
     architecture (ensemble, FedOneShot, FedCVAE) are rejected by :func:`run_rounds`.
     """
     if name == "dense":
-        from .methods.dense import run_dense
-
         def dense(ups: list[ClientUpload], ctx: ServerContext,
                   state: dict[str, torch.Tensor] | None) -> ServerResult:
             return run_dense(ups, cfg, ctx, student_state=state if warm_start else None)
 
         return dense
     if name == "fedhydra":
-        from .fedhydra.server import run_fedhydra
-
         def fedhydra(ups: list[ClientUpload], ctx: ServerContext,
                      state: dict[str, torch.Tensor] | None) -> ServerResult:
             return run_fedhydra(ups, cfg, ctx, student_state=state if warm_start else None)

@@ -218,27 +218,6 @@ def plot_heatmap(matrix: np.ndarray, title: str = "", xlabel: str = "", ylabel: 
     return fig
 
 
-def plot_histograms(values: Mapping[str, Sequence[float]], title: str = "", xlabel: str = "",
-                    bins: int = 30) -> Figure:
-    """Overlaid density histograms on shared bins, one per label (e.g. nearest-neighbour
-    distances of synthetic images vs real test images)."""
-    arrays = {k: np.asarray(v, dtype=float).ravel() for k, v in values.items()}
-    allv = np.concatenate([a for a in arrays.values() if a.size] or [np.zeros(1)])
-    edges = np.histogram_bin_edges(allv, bins=bins)
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for label, a in arrays.items():
-        if a.size:
-            sns.histplot(a, bins=edges, stat="density", alpha=0.5, linewidth=0,
-                         color=f"C{list(arrays).index(label) % 10}",
-                         label=f"{label} (n={a.size})", ax=ax)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("density")
-    ax.set_title(title, fontsize=9)
-    _legend_outside(ax)
-    fig.tight_layout()
-    return fig
-
-
 def plot_grouped_bars(values: Mapping[str, Mapping[str, float]], title: str = "",
                       ylabel: str = "test accuracy (%)", ylim: tuple[float, float] | None = (0, 100)
                       ) -> Figure:

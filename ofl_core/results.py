@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
+import shutil
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
@@ -196,3 +199,18 @@ def compare_with_paper(
 def paper_methods(paper: str, table: str) -> tuple[str, ...]:
     """The methods one paper table prints (its rows), in the CSV's order."""
     return tuple(dict.fromkeys(paper_results(paper, table)["method"]))
+
+
+def machine() -> dict:
+    """Where a task ran: host, cores, its thread count and GPUs (names when nvidia-smi is
+    there)."""
+    gpus = ""
+    if shutil.which("nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "":
+        try:
+            gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gpus = ""
+    return {"host": platform.node(), "cores": os.cpu_count(),
+            "threads": os.environ.get("OMP_NUM_THREADS", ""),
+            "gpus": ", ".join(gpus.splitlines())}

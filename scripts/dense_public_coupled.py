@@ -67,11 +67,11 @@ spec = importlib.util.spec_from_file_location("pub_loop", f"{HERE}/code/loop_df_
 L = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(L)
 
-import ofl_core.methods.dense as D  # noqa: E402
+import ofl_core.dense.server as D  # noqa: E402
 from ofl_core.data.datasets import load_dataset  # noqa: E402
-from ofl_core.methods import ServerContext  # noqa: E402
-from ofl_core.methods.dense import DenseConfig  # noqa: E402
+from ofl_core.dense.server import DenseConfig  # noqa: E402
 from ofl_core.models.generator import init_generator_weights  # noqa: E402
+from ofl_core.server import ServerContext  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_dense_public as C  # noqa: E402

@@ -4,7 +4,7 @@ For 2c/c and Dirichlet α = 0.1 (FedHydra Tables 2 and 1 at quick scale: embedde
 m = 5, cnn_mnist clients with 10 local epochs, the quick server sizes of
 ``notebooks/two_classes_per_client.py``'s parameters cell — 5 server epochs of 5 generator
 steps, batch 32, ngf 32, stratification 3 steps × 8 images), seeds 1–3: every variant of
-:func:`ofl_core.fedhydra.teacher_regime.variants` (FedHydra with each teacher and each
+:func:`ofl_core.sections.teacher_regime.variants` (FedHydra with each teacher and each
 distillation regime, the robust u, DENSE) runs on one set of clients per (setting, seed), with
 one stratification; the last and best test accuracy of each run go to the results file.
 
@@ -40,11 +40,12 @@ one client-training worker).
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from ofl_core.fedhydra.teacher_regime import (
+from ofl_core.sections.teacher_regime import (
     PAPER_SCALE_ROWS,
     RESULTS,
     RESULTS_FULL,
@@ -63,8 +64,8 @@ def main() -> None:
     ap.add_argument("--scale", choices=sorted(SCALES), default="quick",
                     help="quick: embedded FMNIST, every variant; paper: full FMNIST 2c/c, the "
                     "paper's client and generator sizes, PAPER_SCALE_ROWS only")
-    ap.add_argument("--out", default=None, help=f"results file (default: {RESULTS.name} for "
-                    f"quick, {RESULTS_FULL.name} for paper, under results/)")
+    ap.add_argument("--out", default=None, help=f"results file (default: {RESULTS} for "
+                    f"quick, {RESULTS_FULL} for paper, under results/)")
     ap.add_argument("--seeds", default=None, help="default: 1,2,3 (quick), 1 (paper)")
     ap.add_argument("--settings", default=None, help="default: 2c/c,α=0.1 (quick), 2c/c "
                     "(paper)")
@@ -83,8 +84,7 @@ def main() -> None:
     if args.local_epochs is not None:
         scale = dataclasses.replace(scale, local_epochs=args.local_epochs, reduced=(
             f"{scale.reduced}; local epochs {args.local_epochs} (paper: 200)"))
-    out = args.out or str((RESULTS if args.scale == "quick" else RESULTS_FULL).relative_to(
-        RESULTS.parents[1]))
+    out = args.out or str(Path("results") / (RESULTS if args.scale == "quick" else RESULTS_FULL))
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
     settings = args.settings.split(",") if args.settings else list(scale.settings)
     only = {v.strip() for v in args.only.split(";") if v.strip()}

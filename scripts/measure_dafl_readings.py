@@ -22,8 +22,8 @@ import time
 import torch
 from dense_t1_setup import dense_t1_setup
 
-from ofl_core.methods import run_method
 from ofl_core.methods.dafl import FedDAFLConfig
+from ofl_core.registry import run_method
 
 
 def main(argv: list[str] | None = None) -> None:

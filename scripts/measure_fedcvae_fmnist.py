@@ -50,9 +50,10 @@ from ofl_core.data.datasets import load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
 from ofl_core.experiment import configure_methods
-from ofl_core.fedcvae.experiment import client_config
-from ofl_core.methods import ServerContext, run_method
 from ofl_core.presets import PRESETS
+from ofl_core.registry import run_method
+from ofl_core.sections.fedcvae_runs import client_config
+from ofl_core.server import ServerContext
 from ofl_core.upload_cache import UploadCache
 
 PARTITION_SEED = 1693

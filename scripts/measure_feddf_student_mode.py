@@ -21,9 +21,9 @@ import torch
 from dense_t1_setup import dense_t1_setup
 
 from ofl_core.evaluate import accuracy
-from ofl_core.methods import run_method
 from ofl_core.methods.fedavg import FedAvgConfig
 from ofl_core.methods.feddf import FedDFConfig
+from ofl_core.registry import run_method
 
 
 def main(argv: list[str] | None = None) -> None:

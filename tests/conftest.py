@@ -135,7 +135,7 @@ def fedcvae_tiny() -> dict:
     from ofl_core.data.partition import make_partition
     from ofl_core.evaluate import accuracy
     from ofl_core.fedcvae.clients import CVAETrainConfig
-    from ofl_core.methods import ServerContext
+    from ofl_core.server import ServerContext
 
     xtr, ytr = fedcvae_synthetic(240, 0)
     xte, yte = fedcvae_synthetic(200, 1)
@@ -204,7 +204,7 @@ def bars_clients(data, scheme: str) -> tuple[list, object]:
     from ofl_core.clients import LocalTrainConfig
     from ofl_core.data.partition import make_partition
     from ofl_core.evaluate import accuracy
-    from ofl_core.methods import ServerContext
+    from ofl_core.server import ServerContext
 
     part = make_partition(data.y_train.numpy(), 3, scheme, seed=1, classes_per_client=2,
                           num_classes=C6)

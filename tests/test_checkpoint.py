@@ -29,7 +29,8 @@ from ofl_core.checkpoint import CheckpointFile, ServerCheckpoint, server_payload
 from ofl_core.distill import combiners
 from ofl_core.fedcvae import classifier as fedcvae_classifier
 from ofl_core.fedcvae.server import FedCVAEEnsConfig, FedCVAEKDConfig, run_ens, run_kd
-from ofl_core.methods import ServerContext, method_config, run_method
+from ofl_core.registry import method_config, run_method
+from ofl_core.server import ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

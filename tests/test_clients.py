@@ -192,8 +192,8 @@ def test_config_checks_name_the_field_and_what_to_change():
 
 
 def test_one_driver_refuses_mixed_or_unknown_client_kinds(tiny_dataset):
-    from ofl_core.client_training import CLASSIFIER, DECODER, client_kind
-    from ofl_core.fedcvae.clients import CVAETrainConfig
+    from ofl_core.client_training import CLASSIFIER, client_kind
+    from ofl_core.fedcvae.clients import DECODER, CVAETrainConfig
 
     part = make_partition(tiny_dataset.y_train.numpy(), 2, "iid", seed=0)
     assert client_kind(LocalTrainConfig()) is CLASSIFIER

@@ -30,7 +30,8 @@ from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
 from ofl_core.experiment import configure_methods
-from ofl_core.methods import METHODS, ServerContext, method_config, run_method
+from ofl_core.registry import METHODS, method_config, run_method
+from ofl_core.server import ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ofl_core import cpu_memory
-from ofl_core.cpu_memory import heap_allocation_available, large_blocks_from_heap
+from ofl_core.cpu_memory import large_blocks_from_heap
 
 pytestmark = pytest.mark.skipif(
-    not (sys.platform.startswith("linux") and heap_allocation_available()),
+    not (sys.platform.startswith("linux") and cpu_memory._LIBC is not None),
     reason="glibc malloc tuning only",
 )
 

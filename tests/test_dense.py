@@ -12,15 +12,16 @@ from ofl_core.client_training import train_clients
 from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
+from ofl_core.dense.server import DenseConfig, DenseSynthesizer
 from ofl_core.distill.teachers import TeacherBank
 from ofl_core.evaluate import accuracy
-from ofl_core.methods import METHODS, ServerContext, method_config, run_method
 from ofl_core.methods.adi import FedADIConfig
 from ofl_core.methods.dafl import FedDAFLConfig
-from ofl_core.methods.dense import DenseConfig, DenseSynthesizer
 from ofl_core.methods.feddf import FedDFConfig, adapt_images
 from ofl_core.multi_round import run_rounds, server_for
 from ofl_core.precision import native_bf16
+from ofl_core.registry import METHODS, method_config, run_method
+from ofl_core.server import ServerContext
 
 
 def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,7 +91,7 @@ def test_presets_field_values() -> None:
     assert method_config("dense", "authors_code", epochs=2).kd_temperature == 20.0
     for name in ("dense", "fed-dafl", "fed-adi", "feddf"):
         assert name in METHODS
-        assert METHODS[name][0].for_preset("authors_code").preset == "authors_code"
+        assert METHODS[name].config.for_preset("authors_code").preset == "authors_code"
     assert (FedDAFLConfig().act_weight, FedDAFLConfig().ie_weight) == (0.1, 5.0)
     assert (FedADIConfig().bn_weight, FedADIConfig().tv_weight, FedADIConfig().pixel_lr) == (
         10.0, 1e-3, 0.1)
@@ -273,7 +274,7 @@ def test_feddf_student_mode_eval_keeps_fedavgs_bn_statistics(setup) -> None:
     """``kd_student_mode="eval"``: the student's BN running statistics stay the FedAvg
     model's while its weights move; "train" (the literal reading) replaces them with the noise
     proxy's."""
-    from ofl_core.methods.fedavg import average_states
+    from ofl_core.server import average_states
 
     _, uploads, ctx = setup
     avg = average_states([u.state_dict for u in uploads], [float(u.num_samples) for u in uploads])

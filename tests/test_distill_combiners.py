@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from ofl_core.distill.combiners import (
-    LABELLED,
     TEACHERS,
     WEIGHTED,
     TeacherEnsemble,
@@ -16,7 +15,7 @@ from ofl_core.distill.combiners import (
     combine_teachers,
     oracle_weights,
 )
-from ofl_core.fedhydra.aggregation import sa_logits
+from ofl_core.distill.stratified_aggregation import sa_logits
 
 # m = 2 clients, B = 2 samples, C = 3 classes; client 0 owns class 0, client 1 classes 1-2
 P = torch.tensor([[[4.0, -1.0, -2.0], [1.0, 0.0, -3.0]],
@@ -80,7 +79,7 @@ def test_oracle_weights_from_label_counts() -> None:
 
 
 def test_teacher_checks_and_sets() -> None:
-    assert set(LABELLED) <= set(WEIGHTED) <= set(TEACHERS)
+    assert {"sa", "sa_probs", "sa_no_uc_labelled"} <= set(WEIGHTED) <= set(TEACHERS)
     with pytest.raises(ValueError, match="teacher must be one of"):
         combine_teachers("median", P)
     for name in WEIGHTED:

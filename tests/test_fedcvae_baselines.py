@@ -29,12 +29,13 @@ from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, configure_methods
 from ofl_core.fedcvae.clients import baseline_local_config
-from ofl_core.fedcvae.experiment import fedcvae_runs
 from ofl_core.grouped_training import groupable, train_grouped
-from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.models import build_model
+from ofl_core.registry import method_config, run_method
 from ofl_core.results import alpha_key, records_frame
+from ofl_core.sections.fedcvae_runs import fedcvae_runs
 from ofl_core.seeds import init_seed
+from ofl_core.server import ServerContext
 from ofl_core.tables import Serves
 from ofl_core.upload_cache import payload_key, state_hash
 

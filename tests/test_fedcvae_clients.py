@@ -20,7 +20,7 @@ from ofl_core.client_training import train_clients
 from ofl_core.clients import ClientUpload, UploadError, validate_upload
 from ofl_core.fedcvae.clients import heterogeneous_variants, noisy_label_counts
 from ofl_core.fedcvae.server import FedCVAEEnsConfig, run_ens
-from ofl_core.fedcvae.uploads import decoder_from_upload, validate_decoder_upload
+from ofl_core.fedcvae.uploads import decoder_from_upload
 from ofl_core.models import build_model
 from ofl_core.models.cvae import CVAE, build_cvae, build_decoder, kl_divergence, reconstruction_loss
 from ofl_core.precision import native_bf16
@@ -145,7 +145,7 @@ def test_upload_is_decoder_only_and_counts(fedcvae_tiny: dict) -> None:
 
 def test_decoder_upload_validation(fedcvae_tiny: dict) -> None:
     good = fedcvae_tiny["uploads"][0]
-    validate_decoder_upload(good)
+    validate_upload(good, "decoder")
     bad_cases = {
         "unknown CVAE variant": dataclasses.replace(good, arch="vae9000"),
         "kind='decoder'": dataclasses.replace(good, kind="classifier"),
@@ -161,7 +161,7 @@ def test_decoder_upload_validation(fedcvae_tiny: dict) -> None:
     }
     for msg, up in bad_cases.items():
         with pytest.raises(UploadError, match=msg):
-            validate_decoder_upload(up)
+            validate_upload(up, "decoder")
     # classifier validation (the default kind) rejects a decoder and still accepts classifiers
     with pytest.raises(UploadError, match="needs a classifier upload"):
         validate_upload(good)

@@ -1,4 +1,4 @@
-"""Tests of ofl_core.fedcvae.experiment (FedCVAE experiments on the shared orchestration) and
+"""Tests of ofl_core.sections.fedcvae_runs (FedCVAE experiments on the shared orchestration) and
 ofl_core.plots.plot_accuracy_vs, on a tiny synthetic 4-class 32×32 dataset where each client
 holds one class (a bright square in quadrant c)."""
 
@@ -17,17 +17,17 @@ from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.fedcvae.clients import CVAETrainConfig, secret_prior_mean
-from ofl_core.fedcvae.experiment import (
+from ofl_core.fedcvae.samples import client_decoder_samples, decode_classes, server_decoder
+from ofl_core.fedcvae.sampling import truncated_sampler, uniform_sampler
+from ofl_core.fedcvae.server import FedCVAEEnsConfig
+from ofl_core.plots import plot_accuracy_vs
+from ofl_core.registry import method_config
+from ofl_core.sections.fedcvae_runs import (
     client_config,
     fedcvae_data_settings,
     run_fedcvae_experiment,
     run_security,
 )
-from ofl_core.fedcvae.samples import client_decoder_samples, decode_classes, server_decoder
-from ofl_core.fedcvae.sampling import truncated_sampler, uniform_sampler
-from ofl_core.fedcvae.server import FedCVAEEnsConfig
-from ofl_core.methods import method_config
-from ofl_core.plots import plot_accuracy_vs
 
 C = 4
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -33,8 +33,8 @@ from ofl_core.fedcvae.server import (
     run_kd,
     run_param_avg,
 )
-from ofl_core.methods import METHODS, method_config, run_method
 from ofl_core.models.cvae import truncated_normal
+from ofl_core.registry import METHODS, method_config, run_method
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
 pytestmark = pytest.mark.usefixtures("one_thread")

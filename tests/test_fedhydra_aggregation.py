@@ -1,5 +1,5 @@
-"""ofl_core.fedhydra.aggregation: stratified aggregation (Eqs. 8–12) against a loop-by-loop
-transcription of Eqs. 8–11 and on hand-made weights; the SA ensemble module."""
+"""ofl_core.distill.stratified_aggregation: stratified aggregation (Eqs. 8–12) against a
+loop-by-loop transcription of Eqs. 8–11 and on hand-made weights; the SA ensemble module."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ofl_core.combine import Ensemble
-from ofl_core.fedhydra.aggregation import SAEnsemble, sa_logits
+from ofl_core.distill.stratification import stratified_weights
+from ofl_core.distill.stratified_aggregation import SAEnsemble, sa_logits
 from ofl_core.fedhydra.server import FedHydraConfig
-from ofl_core.fedhydra.stratification import (
-    stratified_weights,
-)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
+from ofl_core.dense.server import DenseConfig, run_dense
 from ofl_core.distill.combiners import oracle_weights
+from ofl_core.distill.stratification import Stratification, guidance_capability
 from ofl_core.fedhydra.diagnostics import (
     loss_curves_frame,
     own_class_ratios,
@@ -18,16 +20,7 @@ from ofl_core.fedhydra.diagnostics import (
     teacher_panel,
 )
 from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
-from ofl_core.fedhydra.stratification import Stratification, guidance_capability
-from ofl_core.fedhydra.teacher_regime import (
-    DENSE,
-    PAPER,
-    Variant,
-    summarise,
-    variants,
-    verdict,
-)
-from ofl_core.methods.dense import DenseConfig, run_dense
+from ofl_core.sections.teacher_regime import DENSE, PAPER, Variant, summarise, variants, verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -170,8 +163,8 @@ def test_notebook_sections_read_the_results_file(tmp_path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ofl_core.fedhydra.teacher_regime import save_results
     from ofl_core.sections import two_classes_per_client as section
+    from ofl_core.sections.teacher_regime import save_results
 
     s, counts = _strat(), [[5, 0, 0], [0, 3, 3]]
     rows = [{"setting": "2c/c", "seed": seed, "variant": v.label, "method": v.method,
@@ -198,7 +191,7 @@ def test_paper_scale_settings_and_records(tmp_path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ofl_core.fedhydra import teacher_regime as tr
+    from ofl_core.sections import teacher_regime as tr
     from ofl_core.sections import two_classes_per_client as section
 
     paper = tr.SCALES["paper"]

@@ -9,12 +9,11 @@ import pytest
 import torch
 
 from ofl_core.clients import ClientUpload, init_model
+from ofl_core.distill.stratification import Stratification
 from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
-from ofl_core.fedhydra.stratification import (
-    Stratification,
-)
-from ofl_core.methods import METHODS, ServerContext, method_config, run_method
 from ofl_core.methods.ot_fusion import OTFusionConfig
+from ofl_core.registry import METHODS, method_config, run_method
+from ofl_core.server import ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -104,7 +103,7 @@ def test_fedhydra_config_presets_and_validation() -> None:
     assert (p.strat_steps, p.strat_batch_size, p.strat_lr) == (30, 128, 1e-3)
     assert c.preset == "authors_code" and FedHydraConfig(preset="authors_code") == c
     assert method_config("fedhydra", sa_rescale=True).sa_rescale
-    assert METHODS["fedhydra"][0] is FedHydraConfig and METHODS["ot"][0] is OTFusionConfig
+    assert METHODS["fedhydra"].config is FedHydraConfig and METHODS["ot"].config is OTFusionConfig
     for field, value in [("kd_data", "best"), ("steps_per_epoch", 0), ("strat_group", 0),
                          ("student_arch", "vgg"), ("min_loss_floor", 0.0), ("preset", "x"),
                          ("kd_ce_weight", -1.0)]:

@@ -1,4 +1,4 @@
-"""ofl_core.fedhydra.stratification: Eqs. 1–7, the zero-loss guards, grouping independence,
+"""ofl_core.distill.stratification: Eqs. 1–7, the zero-loss guards, grouping independence,
 and 2c/c teachers (trained on the synthetic 6-class bars of tests/conftest.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ofl_core.clients import build_from_upload, init_model
-from ofl_core.fedhydra.stratification import (
+from ofl_core.distill.stratification import (
     exact_cross_entropy,
     guidance_capability,
     stratified_weights,

@@ -16,7 +16,7 @@ from ofl_core.heterogeneous import (
     local_method_name,
     paper_arch_name,
 )
-from ofl_core.methods import method_config
+from ofl_core.registry import method_config
 from ofl_core.results import paper_results
 
 

@@ -8,9 +8,9 @@ from torch import nn
 
 from ofl_core.clients import ClientUpload
 from ofl_core.combine import Ensemble
-from ofl_core.methods import ServerContext, method_config, run_method
-from ofl_core.methods.fedavg import average_states
 from ofl_core.models import build_model
+from ofl_core.registry import method_config, run_method
+from ofl_core.server import ServerContext, average_states
 
 CTX = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False)
 

@@ -10,8 +10,8 @@ from ofl_core.client_training import train_clients
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.data.partition import make_partition
 from ofl_core.experiment import ExperimentConfig, setup_experiment
-from ofl_core.methods import method_config
 from ofl_core.multi_round import run_multi_round_methods, run_rounds, server_for
+from ofl_core.registry import method_config
 from ofl_core.upload_cache import state_hash
 
 LOCAL = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32, lr=0.05)

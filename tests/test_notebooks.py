@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import jupytext
 import pytest
 
 import run_all
-from ofl_core.batch.coverage import PLANNERS, cells_of_records
+from ofl_core.batch.coverage import PLANNERS, Cell
 from ofl_core.batch.execute import execute_task
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
@@ -24,12 +25,18 @@ from ofl_core.batch.tasks import (
     load_grid,
     notebook_parameters,
 )
-from ofl_core.results import read_records
+from ofl_core.results import alpha_key, read_records
 
 GRIDS = NOTEBOOK_DIR / "grids"
 TINY = {t.notebook: t.parameters for t in load_grid(GRIDS / "tiny")}
 #: notebooks that publish no accuracy records (figures and tables only)
 NO_RECORDS = {"partitions"}
+
+
+def cells_of_records(records: Iterable[dict]) -> set[Cell]:
+    """The cells these records' keys name (paper cells or not)."""
+    return {(r["paper"], r["table"], r["dataset"], r["method"], alpha_key(r.get("alpha")),
+             r["partition"], int(r["num_clients"]), r.get("setting") or "") for r in records}
 
 
 def check_paired(ipynb_path: Path, py_path: Path) -> None:

@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 from ofl_core.clients import ClientUpload, init_model
-from ofl_core.methods import ServerContext, method_config, run_method
 from ofl_core.methods.ot_fusion import SUPPORTED_ARCHS, OTFusionConfig
+from ofl_core.registry import method_config, run_method
+from ofl_core.server import ServerContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -56,7 +56,7 @@ def _upload(**kw):
 
 
 def _ctx():
-    from ofl_core.methods import ServerContext
+    from ofl_core.server import ServerContext
 
     return ServerContext(num_classes=10, in_channels=1, image_size=28, progress=False)
 
@@ -74,7 +74,7 @@ def _ctx():
 ])
 def test_uploads_with_wrong_dtypes_or_magnitudes_are_refused(case, change, message):
     from ofl_core.clients import UploadError
-    from ofl_core.methods import method_config, run_method
+    from ofl_core.registry import method_config, run_method
 
     good = _upload()
     bad = _upload(client_id=1, state_dict=change(good.state_dict))
@@ -93,7 +93,7 @@ def test_an_upload_header_is_checked_against_the_task_before_a_model_is_built(
         header, message, monkeypatch):
     from ofl_core import clients
     from ofl_core.clients import UploadError
-    from ofl_core.methods import method_config, run_method
+    from ofl_core.registry import method_config, run_method
 
     def no_build(*a, **k):
         raise AssertionError("a model was built from an unchecked header")

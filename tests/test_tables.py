@@ -7,7 +7,7 @@ import pytest
 from ofl_core import tables as tables_mod
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, configure_methods
-from ofl_core.methods import method_config
+from ofl_core.registry import method_config
 from ofl_core.tables import Run, Serves, run_tables
 
 

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from ofl_core.methods import METHODS, method_config
+from ofl_core.registry import METHODS, method_config
 
 INF, NAN = math.inf, math.nan
 
@@ -54,9 +54,9 @@ BAD_CONFIGS = [
      r"LocalTrainConfig\.model_kwargs must be a tuple of \(a str, any value\) pairs"),
     ("ofl_core.distill.config.GeneratorConfig", "g_betas", (0.5, 1.0),
      r"GeneratorConfig\.g_betas must be a tuple of 2 finite floats in \[0, 1\)"),
-    ("ofl_core.methods.dense.DenseConfig", "batched_teachers", "yes",
+    ("ofl_core.dense.server.DenseConfig", "batched_teachers", "yes",
      r"DenseConfig\.batched_teachers must be a bool or 'auto'"),
-    ("ofl_core.methods.dense.DenseConfig", "adv_weight", INF, r"DenseConfig\.adv_weight"),
+    ("ofl_core.dense.server.DenseConfig", "adv_weight", INF, r"DenseConfig\.adv_weight"),
     ("ofl_core.methods.dafl.FedDAFLConfig", "ie_weight", -1.0,
      r"FedDAFLConfig\.ie_weight must be a finite float ≥ 0"),
     ("ofl_core.methods.adi.FedADIConfig", "tv_weight", NAN, r"FedADIConfig\.tv_weight"),
@@ -105,20 +105,20 @@ def test_fedcvae_hparams_are_checked_too():
 
 
 SERVER_EPOCHS = [(name, f) for name in sorted(METHODS) for f in ("epochs", "classifier_epochs")
-                 if f in {x.name for x in dataclasses.fields(METHODS[name][0])}]
+                 if f in {x.name for x in dataclasses.fields(METHODS[name].config)}]
 
 
 @pytest.mark.parametrize("name, field", SERVER_EPOCHS)
 @pytest.mark.parametrize("value", ["5", 5.0, -1, True])
 def test_server_epochs_of_every_method_must_be_an_int(name, field, value):
-    cls = METHODS[name][0].__name__
+    cls = METHODS[name].config.__name__
     with pytest.raises(ValueError, match=re.escape(f"{cls}.{field} must be an int ≥ 0")
                        + f".*got {re.escape(repr(value))}"):
         method_config(name, **{field: value})
 
 
 def _fields(name: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(METHODS[name][0])}
+    return {f.name for f in dataclasses.fields(METHODS[name].config)}
 
 
 BAD_SERVER_VALUES = [(name, field, value) for name in sorted(METHODS)
@@ -129,10 +129,10 @@ BAD_SERVER_VALUES = [(name, field, value) for name in sorted(METHODS)
 
 @pytest.mark.parametrize("name, field, value", BAD_SERVER_VALUES)
 def test_server_learning_rates_must_be_finite_and_positive_and_presets_str(name, field, value):
-    cls = METHODS[name][0].__name__
+    cls = METHODS[name].config.__name__
     with pytest.raises(ValueError, match=re.escape(f"{cls}.{field} must be a ")
                        + f".*, got {re.escape(repr(value))} \\({type(value).__name__}\\)"):
-        METHODS[name][0](**{field: value})
+        METHODS[name].config(**{field: value})
 
 
 def test_every_default_config_and_preset_still_builds():

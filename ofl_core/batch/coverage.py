@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..heterogeneous import heterogeneous_settings, local_method_name
 from ..results import alpha_key, paper_methods, paper_results
+from ..sections.heterogeneous_models import fedhydra_partitions
+from ..sections.multi_round import fedhydra_serves, partition_fields
 
 #: A paper cell: (paper, table, dataset, method, alpha key, partition, num_clients, setting).
 Cell = tuple[str, str, str, str, str, str, int, str]
-CELL_COLUMNS = ("paper", "table", "dataset", "method", "alpha", "partition", "num_clients",
-                "setting")
-
-
 def paper_dataset(name: str) -> str:
     """The papers' name of a dataset parameter (the embedded subset is FMNIST)."""
     return "fmnist" if name.startswith("fmnist") else name.split("@")[0]
@@ -74,9 +73,6 @@ def _ablations(p: dict) -> set[Cell]:
 
 
 def _heterogeneous_models(p: dict) -> set[Cell]:
-    from ..heterogeneous import heterogeneous_settings, local_method_name
-    from ..sections.heterogeneous_models import fedhydra_partitions
-
     local, server = heterogeneous_settings(p["server_arch"])
     dense = ([p["dataset"]], p["dense_alphas"], [len(p["dense_archs"])])
     out = (_cells("dense", "T2", *dense, [local_method_name(a) for a in p["dense_archs"]],
@@ -95,8 +91,6 @@ def _heterogeneous_models(p: dict) -> set[Cell]:
 
 
 def _multi_round(p: dict) -> set[Cell]:
-    from ..sections.multi_round import fedhydra_serves, partition_fields
-
     rounds = range(1, p["rounds"] + 1)
     out = _cells("dense", "T5", [p["dataset"]], p["dense_alphas"], [p["num_clients"]], ["dense"],
                  settings=[f"rounds={r};local_epochs={p['dense_local_epochs']}" for r in rounds])
@@ -143,12 +137,6 @@ def paper_cell_set() -> set[Cell]:
     pr = paper_results()
     return {(r.paper, r.table, r.dataset, r.method, alpha_key(r.alpha), r.partition,
              int(r.num_clients), r.setting) for r in pr.itertuples()}
-
-
-def cells_of_records(records: Iterable[dict]) -> set[Cell]:
-    """The cells these records' keys name (paper cells or not)."""
-    return {(r["paper"], r["table"], r["dataset"], r["method"], alpha_key(r.get("alpha")),
-             r["partition"], int(r["num_clients"]), r.get("setting") or "") for r in records}
 
 
 def planned_cells(notebook: str, parameters: dict, cells: set[Cell] | None = None) -> set[Cell]:

@@ -21,7 +21,6 @@ import contextvars
 import errno
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -36,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..results import read_records, write_json_atomic
+from ..results import machine, read_records, write_json_atomic
 from . import gpus
 from .tasks import (
     NOTEBOOK_DIR,
@@ -171,21 +170,6 @@ def code_version(root: Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return version
     return f"{version}, git {rev.stdout.strip()}{'+dirty' if dirty else ''}"
-
-
-def machine() -> dict:
-    """Where a task ran: host, cores, its thread count and GPUs (names when nvidia-smi is
-    there)."""
-    gpus = ""
-    if shutil.which("nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "":
-        try:
-            gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            gpus = ""
-    return {"host": platform.node(), "cores": os.cpu_count(),
-            "threads": os.environ.get("OMP_NUM_THREADS", ""),
-            "gpus": ", ".join(gpus.splitlines())}
 
 
 def run_task_spec(spec: TaskSpec) -> TaskResult:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import load_gaps
 from .scale import run_scale
@@ -29,7 +30,7 @@ from .tasks import (
 
 FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
 #: paper-scale records shipped with the project (sidecar JSONs, as <out>/runs holds them)
-RESULTS_DIR = NOTEBOOK_DIR.parent / "results"
+RESULTS_DIR = NOTEBOOK_DIR.parent / "results"  # the checkout of ofl_core.project
 
 
 def _read(js: Path) -> dict | None:
@@ -143,8 +144,6 @@ def _further_html(frame) -> str:
 
 def _taxonomy_html() -> str:
     """The method taxonomy (what each method needs and uploads) as an HTML table."""
-    from ..taxonomy import taxonomy_frame
-
     frame = taxonomy_frame().reset_index().replace({True: "yes", False: "no"})
     frame.columns = ["method", "source", "data-free", "rounds", "server stages",
                      "client uploads", "server needs", "output", "mixed archs"]

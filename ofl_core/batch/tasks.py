@@ -20,9 +20,23 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..project import notebook_dir
+from ..results import write_json_atomic
 from .param_types import check_value, literal_default
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+
+def _default_notebook_dir() -> Path:
+    """The checkout's ``notebooks/`` (:mod:`ofl_core.project`); where none is found, the folder
+    beside the package, so that importing this module never fails (running a task then names
+    the missing notebook)."""
+    try:
+        return notebook_dir()
+    except FileNotFoundError:
+        return Path(__file__).resolve().parents[2] / "notebooks"
+
+
+#: the notebooks run_all.py executes, found once at import (``$OFL_PROJECT_DIR``)
+NOTEBOOK_DIR = _default_notebook_dir()
 #: Parameters the runner sets itself (a grid may not override them).
 RUNNER_PARAMETERS = ("figures_dir",)
 
@@ -191,8 +205,6 @@ def record_outcome(out: Path, res: TaskResult) -> None:
     task that finished removes its old failure."""
     path = failure_path(out, res.task.notebook, res.run_id)
     if res.status == "failed":
-        from ..results import write_json_atomic
-
         write_json_atomic(path, {"status": "failed", "notebook": res.task.notebook,
                                  "run_id": res.run_id, "parameters": res.task.parameters,
                                  "error": res.error, "detail": res.detail,

@@ -9,14 +9,12 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..precision import resolve_amp
-
-if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this package
-    from ..methods.base import ServerContext
+from ..server import ServerContext
 
 
 def _feed(h: Any, value: Any) -> None:

@@ -14,14 +14,12 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from ..server import ServerContext
 from .key import server_payload
 from .state import CheckpointMismatch, Stateful, capture, restore
 from .store import CheckpointFile
-
-if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this package
-    from ..methods.base import ServerContext
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
@@ -42,6 +42,7 @@ from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss
 from ..distill.pool import ImagePool, augment_batch
 from ..presets import check_preset
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from .losses import (
     WeightedEnsemble,
     adversarial_loss,
@@ -50,9 +51,6 @@ from .losses import (
     hard_sample_loss,
     weighted_logits,
 )
-
-if TYPE_CHECKING:  # ofl_core.methods registers this server
-    from ..methods.base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -345,4 +343,15 @@ def coboosting_extras(c: CoBoost) -> dict:
     }
 
 
-__all__ = ["CoBoost", "CoBoostingConfig", "run", "run_coboosting"]
+SPEC = MethodSpec(
+    "coboosting", CoBoostingConfig, run,
+    MethodKind(
+        "Dai et al. ICLR 2024", True, 1,
+        "per epoch: hard-sample generator → ensemble-weight boosting → distillation "
+        "on perturbed samples",
+        MODEL, "a generator", "one model"
+    ),
+)
+
+
+__all__ = ["SPEC", "CoBoost", "CoBoostingConfig", "run", "run_coboosting"]

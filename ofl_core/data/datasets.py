@@ -33,10 +33,6 @@ FMNIST_CLASSES = (
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
 MNIST_CLASSES = tuple(str(i) for i in range(10))
-CIFAR10_CLASSES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)
-
 #: Dataset name -> (channels, native image size, number of classes).
 DATASET_INFO: dict[str, tuple[int, int, int]] = {
     "mnist": (1, 28, 10),
@@ -384,8 +380,3 @@ def load_embedded_fmnist() -> ImageDataset:
             num_classes=10,
             classes=FMNIST_CLASSES,
         )
-
-
-def to_float(x: torch.Tensor) -> torch.Tensor:
-    """uint8 images -> float in [0, 1] (inputs are never mean/std normalised; SPEC §0)."""
-    return x.float().div_(255.0)

@@ -10,7 +10,7 @@ images, DENSE's unlabelled pool). Weights W are (C, m) (rows classes j, columns 
 - ``"mean_logits"``: D = (1/m) Σ_k P_k, DENSE Eq. 1 (DENSE's default).
 - ``"mean_softmax"``: log((1/m) Σ_k σ(P_k)) (FedOneShot's combiner; not in either paper).
 - ``"sa"``: FedHydra's stratified aggregation as written, Eqs. 8–11 on logits with Ū_c and Ū_r
-  (:func:`~ofl_core.fedhydra.aggregation.sa_logits`; FedHydra's default). Labelled: the
+  (:func:`~ofl_core.distill.stratified_aggregation.sa_logits`; FedHydra's default). Labelled: the
   sample's row Ū_r(y_i, ·) (Eq. 10); label-free: P_ij = Σ_k Ū_r(j,k)·Ū_c(j,k)·P_k[i,j].
 - ``"sa_probs"``: the same weights on softmax probabilities (not the paper; docs/decisions.md).
 - ``"sa_no_uc"``: SA without the Ū_c factor (Eq. 8 dropped), label-free always:
@@ -27,19 +27,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from ..combine import Ensemble
-from ..fedhydra.aggregation import sa_logits
-from ..fedhydra.stratification import Stratification, stratify
 from ..seeds import derive_seed
-
-if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
-    from ..methods.base import ServerContext
-    from .loop import DistillRun
+from ..server import ServerContext
+from .loop import DistillRun
+from .stratification import Stratification, stratify
+from .stratified_aggregation import sa_logits
 
 Teacher = Literal["mean_logits", "mean_softmax", "sa", "sa_probs", "sa_no_uc",
                   "sa_no_uc_labelled", "oracle"]
@@ -47,8 +45,6 @@ TEACHERS: tuple[str, ...] = ("mean_logits", "mean_softmax", "sa", "sa_probs", "s
                              "sa_no_uc_labelled", "oracle")
 #: teachers that need (C, m) weights (from model stratification, or label counts for the oracle)
 WEIGHTED = frozenset({"sa", "sa_probs", "sa_no_uc", "sa_no_uc_labelled", "oracle"})
-#: teachers that use the target label when one is given (Eq. 10's row of Ū_r)
-LABELLED = frozenset({"sa", "sa_probs", "sa_no_uc_labelled"})
 #: diagnostics that use information a data-free server does not have
 DIAGNOSTIC = frozenset({"oracle"})
 
@@ -183,6 +179,6 @@ class TeacherEnsemble(Ensemble):
         return combine_teachers(self.name, logits, y, w, self.rescale)
 
 
-__all__ = ["DIAGNOSTIC", "LABELLED", "TEACHERS", "WEIGHTED", "Teacher", "TeacherEnsemble",
+__all__ = ["DIAGNOSTIC", "TEACHERS", "WEIGHTED", "Teacher", "TeacherEnsemble",
            "TeacherWeights", "check_teacher", "combine_teachers", "oracle_weights",
            "require_given_weights", "resolve_teacher_weights", "stratification_stage"]

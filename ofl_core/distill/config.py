@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from ..fedhydra.stratification import MIN_LOSS_FLOOR
 from ..models import MODEL_NAMES
 from ..presets import check_preset
 from ..validation import COUNT, NONNEG, POSITIVE, Bound, check_config, within
 from .combiners import Teacher
+from .stratification import MIN_LOSS_FLOOR
 
 C = TypeVar("C", bound="DistillConfig")
 
@@ -102,7 +102,7 @@ class TeacherConfig(SynthesisConfig):
     Adam ``strat_lr`` 1e-3 (FedHydra §4.1.4), ``strat_group`` (generators trained together;
     "auto": C on the CPU), ``min_loss_floor`` (the guard of Eq. 2) and ``strat_u``: ``"eq2"``
     (the paper) or the opt-in ``"log_ratio"`` u = log(max L / min L) (a deviation;
-    :func:`ofl_core.fedhydra.stratification.guidance_capability`)."""
+    :func:`ofl_core.distill.stratification.guidance_capability`)."""
 
     teacher: Teacher = "mean_logits"
     strat_steps: int = 30

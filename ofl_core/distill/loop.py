@@ -8,7 +8,7 @@ method's generator ``derive_seed(ctx.seed, tag)``. :meth:`DistillRun.epochs` is 
 with the progress bar, the test curve (:class:`EvalCurve`) and the server checkpoint
 (:mod:`ofl_core.checkpoint`: a method passes its own state, the scaffold adds the student, the
 RNGs and the curve, resumes and saves); :meth:`DistillRun.result`
-undoes the set-up and builds the :class:`~ofl_core.methods.base.ServerResult` with the
+undoes the set-up and builds the :class:`~ofl_core.server.ServerResult` with the
 extras every method reports. :func:`ensemble_kd_step` is the distillation step (DENSE Eq. 6)
 the methods share.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -26,13 +26,11 @@ from ..checkpoint import RNG, GlobalRNG, ServerCheckpoint, Stateful, server_chec
 from ..clients import build_from_upload, init_model
 from ..progress import progress_bar
 from ..seeds import derive_seed
+from ..server import ServerContext, ServerResult
 from .kernels import autocast_context, fuse_relu_maxpool
 from .losses import kd_loss
 from .pool import ImagePool
 from .teachers import TeacherBank
-
-if TYPE_CHECKING:  # ofl_core.methods imports the servers, which import this module
-    from ..methods.base import ServerContext, ServerResult
 
 T = TypeVar("T")
 
@@ -183,8 +181,6 @@ class DistillRun:
         (``student_arch``, ``teachers_batched``, ``curve_epochs``) before the method's own.
         ``samples``: (images, labels) for the image grid (``image_labels`` in the extras);
         None for methods without synthetic images."""
-        from ..methods.base import ServerResult
-
         self.finish()
         out = {"student_arch": self.student_arch, "teachers_batched": self.bank.batched,
                "curve_epochs": self.tracker.epochs_done, **extras}

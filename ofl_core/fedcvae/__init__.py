@@ -8,9 +8,7 @@
 - :mod:`~ofl_core.fedcvae.server`: FedCVAE-Ens/-KD and decoder averaging (Alg. 1/2, Table 6).
 - :mod:`~ofl_core.fedcvae.security`: the security shift (§3.3, Fig. 5).
 
-The server methods are registered in :data:`ofl_core.methods.METHODS`.
+The server methods are declared in :mod:`~ofl_core.fedcvae.server` (``SPECS``) and collected
+in :data:`ofl_core.registry.METHODS`; the notebooks' FedCVAE runs are built by
+:mod:`ofl_core.sections.fedcvae_runs`.
 """
-
-# The server modules import ofl_core.methods.base, whose package registers them in METHODS:
-# load the registry first so that importing a submodule of this package directly works.
-from .. import methods as _methods  # noqa: F401

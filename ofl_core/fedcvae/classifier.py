@@ -10,10 +10,10 @@ from torch import nn
 
 from ..checkpoint import RNG, GlobalRNG, Items, ServerCheckpoint
 from ..clients import init_model
-from ..methods.base import ServerContext
 from ..models.cvae import CVAEDecoder, reconstruction_loss
 from ..progress import progress_bar
 from ..seeds import fedcvae_server_seed
+from ..server import ServerContext
 
 
 def eval_due(epoch: int, every: int) -> bool:

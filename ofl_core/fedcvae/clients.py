@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ..client_training import ClientJob, ClientKind, State
 from ..clients import (
     ClientUpload,
     LocalTrainConfig,
@@ -32,7 +33,7 @@ from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
 from ..precision import resolve_amp
 from ..presets import check_preset
 from ..progress import progress_bar
-from ..seeds import client_seed
+from ..seeds import client_seed, cvae_init_seed
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .hparams import fedcvae_hparams
 
@@ -154,6 +155,10 @@ class CVAETrainConfig:
         return {"channels_last": cl,
                 "fused_adam": True if self.fused_adam == "auto" else bool(self.fused_adam),
                 "amp": resolve_amp(self.amp, device)}
+
+    def client_kind(self) -> ClientKind:
+        """These clients are CVAE decoders (:data:`DECODER`)."""
+        return DECODER
 
     def speed_key(self, device: str | torch.device) -> dict[str, bool]:
         """The cache-key entries of the speed options in effect on ``device`` (none when all
@@ -299,3 +304,41 @@ def make_decoder_upload(
         num_samples=int(sum(up_counts)), model_kwargs={"latent_dim": cfg.latent_dim},
         label_counts=up_counts, kind="decoder",
     )
+
+def _train_decoder(job: ClientJob) -> State:
+    state, _ = train_cvae(job.x, job.y, job.cfg, job.num_classes,
+                          client_seed(job.seed, job.client_id),
+                          cvae_init_seed(job.seed, job.client_id, job.cfg), job.device,
+                          progress=job.progress, desc=f"CVAE client {job.client_id}")
+    return state
+
+
+def _decoder_key(dataset: ImageDataset, partition: Partition, k: int, cfg: CVAETrainConfig,
+                 seed: int, init_hash: str | None) -> dict:
+    if init_hash is not None:
+        raise ValueError("FedCVAE clients train once from their own initialisation; "
+                         "init_state is for classifier clients (multi-round FL)")
+    return cvae_key_payload(dataset, partition, k, cfg, seed)
+
+
+def _decoder_upload(k: int, state: State, dataset: ImageDataset, partition: Partition,
+                    cfg: CVAETrainConfig, seed: int) -> ClientUpload:
+    return make_decoder_upload(k, state, partition.counts[k], cfg, dataset.num_classes,
+                               dataset.channels, dataset.image_size, seed)
+
+
+def _check_decoder_data(dataset: ImageDataset) -> None:
+    if dataset.image_size % 16:
+        raise ValueError(
+            f"FedCVAE's CVAE needs 32-px images but {dataset.name!r} is {dataset.image_size} px; "
+            "use dataset.resized(32) (FedCVAE resizes MNIST/FMNIST to 32×32)"
+        )
+
+
+def _decoder_device_key(cfg: CVAETrainConfig, device: str | torch.device) -> dict:
+    return cfg.speed_key(device)  # channels-last / fused Adam round differently
+
+
+#: FedCVAE's client kind for :func:`ofl_core.client_training.train_clients`
+DECODER = ClientKind("CVAE clients", _train_decoder, _decoder_key, _decoder_upload,
+                     _check_decoder_data, upload_kind="decoder", device_key=_decoder_device_key)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import torch
 
 from ..clients import ClientUpload
-from ..methods.base import ServerResult
 from ..models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
+from ..server import ServerResult
 from .sampling import LatentSampler
 from .uploads import decoder_from_upload
 

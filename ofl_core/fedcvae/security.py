@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..clients import ClientUpload
-from ..methods.base import ServerContext, ServerResult
 from ..presets import check_preset
+from ..server import ServerContext, ServerResult
 from ..validation import NONNEG, POSITIVE, check_config
 from .sampling import uniform_sampler
 from .server import FedCVAEEnsConfig, ens_server

@@ -2,7 +2,7 @@
 
 Both receive only decoder uploads (:class:`~ofl_core.clients.ClientUpload` with
 ``kind="decoder"``: the decoder state_dict, its variant and latent dimension, and the client's
-label counts) and a :class:`~ofl_core.methods.base.ServerContext`. No encoder, no data.
+label counts) and a :class:`~ofl_core.server.ServerContext`. No encoder, no data.
 
 - **FedCVAE-Ens** (App. A, Alg. 2): from each client k draw y ~ p̂^k(y) (its label counts
   normalised) and z from a truncated N(0, I) (±3 std, Table 4), decode x̂ = σ(D_θk(z, y)); n_C =
@@ -36,12 +36,11 @@ from torch import nn
 
 from ..checkpoint import server_checkpoint
 from ..clients import ClientUpload
-from ..methods.base import ServerContext, ServerResult
-from ..methods.fedavg import average_states
 from ..models import MODEL_NAMES
 from ..models.cvae import CVAE_VARIANTS, build_decoder, truncated_normal
 from ..presets import check_preset
 from ..seeds import fedcvae_server_seed
+from ..server import MethodKind, MethodSpec, ServerContext, ServerResult, average_states
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .classifier import distill_decoder, train_classifier
 from .hparams import fedcvae_hparams
@@ -56,6 +55,7 @@ from .sampling import (
 from .uploads import load_decoders
 
 __all__ = [
+    "SPECS",
     "ClassifierServerConfig",
     "FedCVAEEnsConfig",
     "FedCVAEKDConfig",
@@ -336,3 +336,35 @@ def run_param_avg(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: Server
                   ) -> ServerResult:
     """Table 6's "parameter averaging" column (method name ``"param-avg"``)."""
     return _kd(uploads, replace(cfg, aggregation="param_avg"), ctx, "param-avg")
+
+
+SPECS = (
+    MethodSpec(
+        "fedcvae-ens", FedCVAEEnsConfig, run_ens,
+        MethodKind(
+            "Heinbaugh et al. ICLR 2023", True, 1,
+            "1: decode samples from every client decoder → train a classifier",
+            "CVAE decoder + label counts", "nothing", "one model"
+        ),
+        client="decoder",
+    ),
+    MethodSpec(
+        "fedcvae-kd", FedCVAEKDConfig, run_kd,
+        MethodKind(
+            "Heinbaugh et al. ICLR 2023", True, 1,
+            "2: distil the decoders into a server decoder → decode → train a classifier",
+            "CVAE decoder + label counts", "nothing", "one model"
+        ),
+        client="decoder",
+    ),
+    MethodSpec(
+        "param-avg", FedCVAEParamAvgConfig, run_param_avg,
+        None,
+        client="decoder",
+    ),
+    MethodSpec(
+        "kd", FedCVAEKDConfig, run_kd_t6,
+        None,
+        client="decoder",
+    ),
+)

@@ -5,22 +5,12 @@ and p̂^k(y), nothing else)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from ..clients import ClientUpload, build_from_upload, check_upload_header, validate_upload
+from ..clients import ClientUpload, build_from_upload, check_upload_header
 from ..models.cvae import CVAEDecoder
-
-if TYPE_CHECKING:
-    from ..methods.base import ServerContext
-
-
-def validate_decoder_upload(upload: ClientUpload) -> CVAEDecoder:
-    """Check a FedCVAE decoder upload; return an (unloaded) decoder of its declared variant:
-    :func:`ofl_core.clients.validate_upload` (the one upload validator) with
-    ``kind="decoder"`` — variant, ``latent_dim``, label counts, keys, shapes, finite values."""
-    return validate_upload(upload, "decoder")  # type: ignore[return-value]
+from ..server import ServerContext
 
 
 def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"

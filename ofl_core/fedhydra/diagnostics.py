@@ -27,7 +27,7 @@ from ..distill.combiners import (
     combine_teachers,
     oracle_weights,
 )
-from .stratification import Stratification, guidance_capability
+from ..distill.stratification import Stratification, guidance_capability
 
 
 def owners(counts: Sequence[Sequence[int]] | torch.Tensor | None, m: int, c: int

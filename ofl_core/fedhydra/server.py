@@ -1,12 +1,12 @@
 """FedHydra: data-free one-shot FL with stratified aggregation
 (Bai et al., Algs. 1–3, Eqs. 1–19; SPEC §4 "FedHydra").
 
-1. Model stratification (Alg. 2, Eqs. 1–7, :mod:`ofl_core.fedhydra.stratification`): the stratified
+1. Model stratification (Alg. 2, Eqs. 1–7, :mod:`ofl_core.distill.stratification`): the stratified
    weights Ū_r, Ū_c (C, m) from m·C short generator trainings.
 2. Every epoch (Alg. 1 lines 12–25): sample z ~ N(0, I) and uniform labels y; T_G Adam steps of
    one persistent generator G on L_Gen = CE(P, y) + λ1·L_BN + λ2·L_AD (Eq. 16), where P is the
    stratified aggregation SA(x̂, y) of the clients' logits (Eqs. 8–12,
-   :func:`~ofl_core.fedhydra.aggregation.sa_logits`),
+   :func:`~ofl_core.distill.stratified_aggregation.sa_logits`),
    L_BN the BN-statistics loss (Eq. 14, as in DENSE) and L_AD = −KL(σ(P) ‖ σ(S(x̂))) (Eq. 15, no
    mask); then distil into the global model S with L_Glo = KL(σ(P) ‖ σ(S)) + β·CE(S, argmax P)
    (Eqs. 17–19), SGD.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +42,10 @@ from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss, kl_per_sample
 from ..distill.pool import ImagePool
+from ..distill.stratification import Stratification
+from ..distill.stratified_aggregation import SAEnsemble
 from ..distill.teachers import TeacherOutput
-from .aggregation import SAEnsemble
-from .stratification import Stratification
-
-if TYPE_CHECKING:  # ofl_core.methods registers this server
-    from ..methods.base import ServerContext, ServerResult
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -403,6 +401,16 @@ def fedhydra_extras(h: Hydra, strat: Stratification, m: int, num_classes: int,
     }
 
 
-__all__ = ["FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss",
+SPEC = MethodSpec(
+    "fedhydra", FedHydraConfig, run,
+    MethodKind(
+        "FedHydra (Bai et al.)", True, 1,
+        "stratification (m·C generator runs), then per epoch: generator → distillation", MODEL,
+        "a generator; the clients' BN statistics", "one model"
+    ),
+)
+
+
+__all__ = ["SPEC", "FedHydraConfig", "Hydra", "adversarial_loss", "bn_loss", "ce_loss",
            "generator_loss", "global_loss", "kl_loss", "pseudo_label_loss", "run",
            "run_fedhydra"]

@@ -21,7 +21,7 @@ from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, distil_pool, open_run
 from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip, keep_lowest
-from .base import ServerContext, ServerResult
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -130,3 +130,13 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
               "kd_loss": as_floats(log.kd_losses)}
     return run_.result(cfg.method_name, cfg.preset, extras, samples=(log.x, log.y),
                        num_images=cfg.num_images)
+
+
+SPEC = MethodSpec(
+    "fed-adi", FedADIConfig, run,
+    MethodKind(
+        "Yin et al. 2020 (DENSE baseline)", True, 1,
+        "per epoch: pixel optimisation → pool → distillation", MODEL,
+        "the clients' BN statistics (inside the models)", "one model"
+    ),
+)

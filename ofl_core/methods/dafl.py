@@ -32,7 +32,7 @@ from ..distill.losses import (
     kd_loss,
 )
 from ..distill.pool import ImagePool, keep_lowest
-from .base import ServerContext, ServerResult
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,12 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     return run_.result(cfg.method_name, cfg.preset, extras,
                        samples=(log.x, log.d.argmax(1) if log.d is not None else None),
                        num_images=cfg.num_images)
+
+
+SPEC = MethodSpec(
+    "fed-dafl", FedDAFLConfig, run,
+    MethodKind(
+        "Chen et al. 2019 (DENSE baseline)", True, 1,
+        "per epoch: generator step → distillation step", MODEL, "a generator", "one model"
+    ),
+)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..validation import check_config
-from .base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,12 @@ def run(uploads: list[ClientUpload], cfg: EnsembleConfig, ctx: ServerContext) ->
     models = [build_from_upload(u, ctx.device) for u in uploads]
     return ServerResult(method="ensemble", preset=cfg.preset,
                         model=Ensemble(models, combine="mean_logits"))
+
+
+SPEC = MethodSpec(
+    "ensemble", EnsembleConfig, run,
+    MethodKind(
+        "DENSE Eq. 1 (reference)", True, 1, "none: mean of the clients' logits", MODEL, "nothing",
+        "m client models (ensemble)"
+    ),
+)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
+from ..server import (
+    MODEL,
+    MethodKind,
+    MethodSpec,
+    ServerContext,
+    ServerResult,
+    average_states,
+    check_homogeneous,
+)
 from ..validation import check_config
-from .base import ServerContext, ServerResult, check_homogeneous
 
 
 @dataclass(frozen=True)
@@ -30,26 +36,6 @@ class FedAvgConfig:
         return cls(weighted=preset == "paper", preset=preset)
 
 
-def average_states(
-    states: list[dict[str, torch.Tensor]], weights: list[float]
-) -> dict[str, torch.Tensor]:
-    """Weighted average of state_dicts (weights normalised to sum to 1)."""
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError("FedAvg weights must sum to a positive number")
-    w = [float(x) / total for x in weights]
-    out = {}
-    for k, v0 in states[0].items():
-        if v0.is_floating_point():
-            acc = torch.zeros_like(v0, dtype=torch.float64)
-            for wi, sd in zip(w, states, strict=True):
-                acc += wi * sd[k].double()
-            out[k] = acc.to(v0.dtype)
-        else:
-            out[k] = v0.clone()
-    return out
-
-
 def run(uploads: list[ClientUpload], cfg: FedAvgConfig, ctx: ServerContext) -> ServerResult:
     """Average the uploaded models into one global model (homogeneous clients only)."""
     check_homogeneous(uploads, "FedAvg")
@@ -61,3 +47,13 @@ def run(uploads: list[ClientUpload], cfg: FedAvgConfig, ctx: ServerContext) -> S
         ClientUpload(**{**uploads[0].__dict__, "state_dict": state, "client_id": -1}), ctx.device
     )
     return ServerResult(method="fedavg", preset=cfg.preset, model=model)
+
+
+SPEC = MethodSpec(
+    "fedavg", FedAvgConfig, run,
+    MethodKind(
+        "McMahan et al. 2017", True, 1, "1: weighted parameter average", MODEL + ' + sample count',
+        "one shared initialisation", "one model"
+    ),
+    homogeneous=True,
+)

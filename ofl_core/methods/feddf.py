@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 from ..checkpoint import Items
 from ..clients import ClientUpload
+from ..data.datasets import DatasetNotFoundError, load_dataset
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
-from .base import ServerContext, ServerResult
-from .fedavg import average_states
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult, average_states
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,6 @@ def load_proxy(cfg: FedDFConfig, ctx: ServerContext) -> tuple[torch.Tensor | Non
     """The proxy images (uint8, task shape) or None for noise, and a description for records."""
     if cfg.proxy == "noise":
         return None, "noise"
-    from ..data.datasets import DatasetNotFoundError, load_dataset
-
     try:
         ds = load_dataset(cfg.proxy, cfg.proxy_data_root)
     except DatasetNotFoundError as e:
@@ -128,3 +126,12 @@ def run(uploads: list[ClientUpload], cfg: FedDFConfig, ctx: ServerContext) -> Se
     extras = {"proxy": proxy_name, "student_init": init, "kd_loss": as_floats(kd_losses),
               "kd_steps": cfg.epochs * cfg.steps_per_epoch}
     return run_.result(cfg.method_name, cfg.preset, extras)
+
+
+SPEC = MethodSpec(
+    "feddf", FedDFConfig, run,
+    MethodKind(
+        "Lin et al. 2020", False, 1, "1: ensemble distillation on proxy inputs", MODEL,
+        "unlabelled proxy data (here: uniform noise, so data-free)", "one model"
+    ),
+)

@@ -8,8 +8,8 @@ from typing import Literal
 from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
 from ..presets import check_preset
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..validation import check_config
-from .base import ServerContext, ServerResult
 
 
 @dataclass(frozen=True)
@@ -47,3 +47,12 @@ def run(uploads: list[ClientUpload], cfg: FedOneShotConfig, ctx: ServerContext) 
     models = [build_from_upload(u, ctx.device) for u in uploads]
     return ServerResult(method="fedoneshot", preset=cfg.preset,
                         model=Ensemble(models, combine=cfg.combine))
+
+
+SPEC = MethodSpec(
+    "fedoneshot", FedOneShotConfig, run,
+    MethodKind(
+        "Guha et al. 2019", True, 1, "none: the clients' predictions are combined at test time",
+        MODEL, "nothing", "m client models (ensemble)"
+    ),
+)

@@ -23,9 +23,16 @@ from torch import nn
 
 from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
+from ..server import (
+    MODEL,
+    MethodKind,
+    MethodSpec,
+    ServerContext,
+    ServerResult,
+    average_states,
+    check_homogeneous,
+)
 from ..validation import NONNEG, check_config
-from .base import ServerContext, ServerResult, check_homogeneous
-from .fedavg import average_states
 
 #: plain sequential conv/linear networks whose neurons OT fusion can align
 SUPPORTED_ARCHS: tuple[str, ...] = ("cnn_mnist", "cnn_cifar", "cnn_cifar100", "cnn1", "lenet",
@@ -203,4 +210,15 @@ def run(uploads: list[ClientUpload], cfg: OTFusionConfig, ctx: ServerContext) ->
     return ServerResult(method="ot", preset=cfg.preset, model=model, extras=extras)
 
 
-__all__ = ["SUPPORTED_ARCHS", "OTFusionConfig", "align_state", "layer_sequence", "run"]
+SPEC = MethodSpec(
+    "ot", OTFusionConfig, run,
+    MethodKind(
+        "Singh & Jaggi 2020 (FedHydra T12)", True, 1,
+        "1: align neurons to an anchor client by optimal transport, then average",
+        MODEL + " + sample count", "plain sequential networks", "one model"
+    ),
+    homogeneous=True,
+)
+
+
+__all__ = ["SPEC", "SUPPORTED_ARCHS", "OTFusionConfig", "align_state", "layer_sequence", "run"]

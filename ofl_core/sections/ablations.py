@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..dense.server import ABLATIONS, DenseConfig
 from ..experiment import configure_methods
-from ..methods.dense import ABLATIONS, DenseConfig
 from ..plots import method_labels, plot_accuracy_vs, plot_grouped_bars, save_figure
 from ..results import paper_results
 from ..tables import MethodSpec, Tables

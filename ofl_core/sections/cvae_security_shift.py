@@ -14,14 +14,14 @@ from matplotlib.figure import Figure
 
 from ..experiment import ExperimentConfig, Setup, configure_methods, setup_experiment
 from ..fedcvae.clients import secret_prior_mean
-from ..fedcvae.experiment import client_config, fedcvae_runs, run_security
 from ..fedcvae.samples import client_decoder_samples, decode_classes, server_decoder
 from ..fedcvae.sampling import truncated_sampler, uniform_sampler
 from ..fedcvae.security import FedCVAESecurityConfig
-from ..methods import method_config
 from ..plots import plot_accuracy_vs, plot_image_rows, save_figure
+from ..registry import method_config
 from ..results import ResultRecord, paper_results, records_frame
 from ..tables import Run, Serves, Tables, run_tables
+from .fedcvae_runs import client_config, fedcvae_runs, run_security
 
 
 def security_experiments(

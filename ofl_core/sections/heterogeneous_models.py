@@ -14,11 +14,12 @@ import pandas as pd
 
 from ..experiment import ExperimentConfig, Setup, configure_methods, run_methods
 from ..fedcvae.clients import heterogeneous_variants
-from ..fedcvae.experiment import client_config
 from ..heterogeneous import paper_arch_name
 from ..plots import plot_grouped_bars, save_figure, save_paper_vs_ours
+from ..registry import METHODS
 from ..results import paper_results
 from ..tables import Run, Serves, Tables
+from .fedcvae_runs import client_config
 
 #: the heterogeneous-model tables whose cells the notebook prints
 PAPER_TABLES = (("dense", "T2"), ("fedhydra", "T3"), ("fedhydra", "T6"), ("fedhydra", "T7"))
@@ -55,10 +56,13 @@ def fedcvae_fig4_runs(experiment: ExperimentConfig, methods: Sequence[tuple[str,
     return runs
 
 
-def refuse_heterogeneous(tables: Tables, methods: Sequence[str] = ("fedavg", "ot")) -> None:
-    """DENSE Table 2 / FedHydra Table 3's premise: FedAvg and OT fusion average parameters
-    tensor by tensor, so on the first heterogeneous-classifier setup they must raise a clear
-    ``ValueError``; prints what each did."""
+def refuse_heterogeneous(tables: Tables, methods: Sequence[str] | None = None) -> None:
+    """DENSE Table 2 / FedHydra Table 3's premise: the methods that average parameters tensor by
+    tensor (``methods``; None = every method declared ``homogeneous``: FedAvg, OT fusion) must
+    raise a clear ``ValueError`` on the first heterogeneous-classifier setup; prints what each
+    did."""
+    if methods is None:
+        methods = [n for n, s in METHODS.items() if s.homogeneous]
     setup: Setup | None = next((s for s in tables.setups if s.cfg.archs is not None), None)
     if setup is None:
         print("no heterogeneous classifier clients: nothing to refuse")

@@ -2,12 +2,13 @@
 stratified weights Ū_r), Fig. 7 (accuracy over distillation epochs), Fig. 8 (the averaging vs
 the stratified-aggregation ensemble) and the Table 2 verdicts, from a
 :class:`~ofl_core.tables.Tables`; issue 20's stratification diagnostics and the teacher ×
-regime table (:mod:`ofl_core.fedhydra.teacher_regime`)."""
+regime table (:mod:`ofl_core.sections.teacher_regime`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -15,13 +16,14 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from ..clients import build_from_upload
+from ..distill.stratification import Stratification, block_structure, stratify
+from ..distill.stratified_aggregation import SAEnsemble
 from ..experiment import Setup
-from ..fedhydra import teacher_regime as tr
-from ..fedhydra.aggregation import SAEnsemble
 from ..fedhydra.diagnostics import loss_curves_frame, own_class_ratios, stratification_frame
-from ..fedhydra.stratification import Stratification, block_structure, stratify
 from ..plots import plot_curves, plot_grouped_bars, plot_heatmap, save_figure
+from ..project import results_dir
 from ..tables import Tables
+from . import teacher_regime as tr
 
 
 def hydra_label(rescale: bool) -> str:
@@ -176,16 +178,17 @@ def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | 
 
 def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.PathLike,
                           title: str, name: str = "teacher_regime_2cc",
-                          default: str | os.PathLike = tr.RESULTS,
+                          default: str = tr.RESULTS,
                           command: str = "scripts/fedhydra_teacher_regime.py"
                           ) -> pd.DataFrame | None:
-    """Issue 20's teacher × regime table from a results file of
-    ``scripts/fedhydra_teacher_regime.py`` (``path``; None = ``default``, the committed quick
-    table): its scale and wall time when recorded, the table per setting (mean ± std over
-    seeds of the last and best accuracy), the teacher panel, the verdict (non-diagnostic
-    FedHydra variants vs DENSE on 2c/c) and ``<name>.png``. Returns the table (None when the
-    file does not exist: then it names the ``command`` that writes it)."""
-    p = default if path is None else path
+    """FedHydra's teacher × regime table from a results file of
+    ``scripts/fedhydra_teacher_regime.py`` (``path``; None = ``default``, a file of the
+    checkout's ``results/``: the committed quick table): its scale and wall time when
+    recorded, the table per setting (mean ± std over seeds of the last and best accuracy), the
+    teacher panel, the verdict (non-diagnostic FedHydra variants vs DENSE on 2c/c) and
+    ``<name>.png``. Returns the table (None when the file does not exist: then it names the
+    ``command`` that writes it)."""
+    p = results_dir() / default if path is None else Path(path)
     if not os.path.exists(p):
         print(f"no results at {p}: run {command}")
         return None

@@ -1,6 +1,6 @@
 """FedHydra's stratified aggregation SA (Bai et al., Eqs. 8–12, Alg. 3; SPEC §4 "FedHydra"):
 the clients' logits combined with the stratified weights Ū_r, Ū_c of
-:mod:`ofl_core.fedhydra.stratification`."""
+:mod:`ofl_core.distill.stratification`."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def sa_logits(
     """Stratified aggregation P = SA(x̂, y), FedHydra Eqs. 8–12 (Alg. 3).
 
     ``client_logits``: (m, B, C), the clients' logits P_k. ``U_r``, ``U_c``: (C, m) (rows =
-    classes, columns = clients; :mod:`ofl_core.fedhydra.stratification`). With target labels
+    classes, columns = clients; :mod:`ofl_core.distill.stratification`). With target labels
     ``y`` (B,):
     P̂_k = P_k ⊙ Ū_c(:, k) (Eq. 8: column j of P_k scaled by client k's class-j weight), then
     P[i, :] = Σ_k Ū_r(y_i, k)·P̂_k[i, :] (Eqs. 9–11: the clients combined with the weights of the
@@ -83,7 +83,7 @@ class SAEnsemble(Ensemble):
     "SA" ensemble evaluated on real test data; :func:`sa_logits` with ``y=None``).
 
     ``U_r``, ``U_c``: (C, m) stratified weights
-    (:class:`ofl_core.fedhydra.stratification.Stratification`).
+    (:class:`ofl_core.distill.stratification.Stratification`).
     ``forward(x)`` returns SA logits (B, C); ``forward(x, y)`` the label-conditioned SA
     (Eqs. 8–11). Members and ``member_logits`` as :class:`~ofl_core.combine.Ensemble`.
     """

@@ -34,27 +34,27 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..batch.execute import machine
 from ..clients import LocalTrainConfig, build_from_upload
+from ..dense.server import run_dense
 from ..distill.combiners import DIAGNOSTIC, oracle_weights, stratification_stage
 from ..distill.loop import open_run
+from ..distill.stratification import Stratification
 from ..evaluate import predict_logits
 from ..experiment import ExperimentConfig, Setup, setup_experiment
-from ..methods import method_config
-from ..methods.dense import run_dense
+from ..fedhydra.diagnostics import teacher_panel
+from ..fedhydra.server import run_fedhydra
 from ..precision import precision_label, resolve_amp
-from .diagnostics import teacher_panel
-from .server import run_fedhydra
-from .stratification import Stratification
+from ..registry import method_config
+from ..results import machine
 
 #: the quick server sizes of ``notebooks/two_classes_per_client.py``'s parameters cell
 QUICK = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,
          "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
 SETTINGS = ("2c/c", "α=0.1")  # FedHydra Table 2's and Table 1's (α = 0.1) partitions
 #: the committed results of ``scripts/fedhydra_teacher_regime.py`` (quick sizes)
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "fedhydra_teacher_regime.json"
+RESULTS = "fedhydra_teacher_regime.json"
 #: the results of the paper-scale run (``--scale paper``; absent until it has run)
-RESULTS_FULL = RESULTS.with_name("fedhydra_teacher_regime_fmnist_full.json")
+RESULTS_FULL = "fedhydra_teacher_regime_fmnist_full.json"
 #: FedHydra §4.1.4's server sizes: T_g = 200 distillation epochs, T_G = 30 generator steps,
 #: b = 128 (generator and KD batch; the stratification probe uses the same T_G and b), and
 #: ngf 64 (the generator width of SPEC §2; the paper gives none)

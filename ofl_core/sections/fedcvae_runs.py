@@ -36,12 +36,12 @@ from ..experiment import (
     run_methods,
     setup_experiment,
 )
-from ..methods.base import ServerResult
+from ..fedcvae.clients import CVAETrainConfig, baseline_local_config
+from ..fedcvae.security import SecurityResult, security_experiment
+from ..fedcvae.server import FedCVAEEnsConfig
 from ..results import ResultRecord
+from ..server import ServerResult
 from ..tables import Run, Serves
-from .clients import CVAETrainConfig, baseline_local_config
-from .security import SecurityResult, security_experiment
-from .server import FedCVAEEnsConfig
 
 __all__ = [
     "BASELINE_METHODS",

@@ -39,11 +39,11 @@ from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..distill.losses import boundary_support_loss
 from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
+from ..distill.stratification import Stratification
 from ..distill.teachers import TeacherBank
-from ..fedhydra.stratification import Stratification
 from ..precision import resolve_amp
 from ..presets import check_preset
-from .base import ServerContext, ServerResult
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 
 ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 
@@ -401,4 +401,13 @@ def dense_extras(run_: DistillRun, cfg: DenseConfig, pool: ImagePool | None,
     }
 
 
-__all__ = ["DenseConfig", "DenseLog", "DenseSynthesizer", "Distiller", "run", "run_dense"]
+SPEC = MethodSpec(
+    "dense", DenseConfig, run,
+    MethodKind(
+        "Zhang et al. NeurIPS 2022", True, 1, "per epoch: generator training → distillation", MODEL,
+        "a generator; the clients' BN statistics (L_BN)", "one model"
+    ),
+)
+
+
+__all__ = ["SPEC", "DenseConfig", "DenseLog", "DenseSynthesizer", "Distiller", "run", "run_dense"]
