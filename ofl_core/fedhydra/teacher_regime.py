@@ -10,7 +10,8 @@ on the real test set with no distillation (:func:`~ofl_core.fedhydra.diagnostics
 
 :func:`run_table` writes everything to one JSON file after each run and skips the rows it
 already holds (resumable); :func:`summarise` and :func:`panel_summary` turn the file into the
-tables (mean ± std over seeds). ``scripts/fedhydra_teacher_regime.py`` is the command line.
+tables (mean ± std over seeds). ``scripts/evidence/fedhydra_teacher_regime.py`` is the command
+line.
 
 Two scales (:data:`SCALES`): ``"quick"`` (the embedded FMNIST subset, 10 local epochs, the
 notebook's quick server sizes; every variant) and ``"paper"`` (full FashionMNIST 2c/c, the
@@ -51,7 +52,7 @@ from .stratification import Stratification
 QUICK = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,
          "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
 SETTINGS = ("2c/c", "α=0.1")  # FedHydra Table 2's and Table 1's (α = 0.1) partitions
-#: the committed results of ``scripts/fedhydra_teacher_regime.py`` (quick sizes)
+#: the committed results of ``scripts/evidence/fedhydra_teacher_regime.py`` (quick sizes)
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "fedhydra_teacher_regime.json"
 #: the results of the paper-scale run (``--scale paper``; absent until it has run)
 RESULTS_FULL = RESULTS.with_name("fedhydra_teacher_regime_fmnist_full.json")

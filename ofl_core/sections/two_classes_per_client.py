@@ -177,11 +177,11 @@ def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | 
 def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.PathLike,
                           title: str, name: str = "teacher_regime_2cc",
                           default: str | os.PathLike = tr.RESULTS,
-                          command: str = "scripts/fedhydra_teacher_regime.py"
+                          command: str = "scripts/evidence/fedhydra_teacher_regime.py"
                           ) -> pd.DataFrame | None:
-    """Issue 20's teacher × regime table from a results file of
-    ``scripts/fedhydra_teacher_regime.py`` (``path``; None = ``default``, the committed quick
-    table): its scale and wall time when recorded, the table per setting (mean ± std over
+    """FedHydra's teacher × regime table from a results file of
+    ``scripts/evidence/fedhydra_teacher_regime.py`` (``path``; None = ``default``, the committed
+    quick table): its scale and wall time when recorded, the table per setting (mean ± std over
     seeds of the last and best accuracy), the teacher panel, the verdict (non-diagnostic
     FedHydra variants vs DENSE on 2c/c) and ``<name>.png``. Returns the table (None when the
     file does not exist: then it names the ``command`` that writes it)."""

@@ -7,7 +7,7 @@ beat the best single client" and "Why FedAvg at α = 0.5 ends below the paper". 
 trained (or loaded from the cache) exactly as the notebooks do, one thread; ``--amp off``
 trains them in float32 (the default "auto" is bfloat16 autocast where the CPU has it).
 
-    python scripts/measure_teacher_quality.py [--dataset fmnist_embedded|fmnist]
+    python scripts/evidence/measure_teacher_quality.py [--dataset fmnist_embedded|fmnist]
         [--alpha 0.1] [--epochs 10] [--seeds 1,2,3] [--amp auto|off]
         [--bn-eval-after-first-epoch] [--weight-decay 0]
 """

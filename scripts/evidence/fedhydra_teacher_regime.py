@@ -31,11 +31,12 @@ Resumable: the JSON file is rewritten after every run and rows already in it are
 (clients come from the upload cache once trained). One thread (``torch.set_num_threads(1)``,
 one client-training worker).
 
-    nohup python scripts/fedhydra_teacher_regime.py > /tmp/hydra_table.log 2>&1 &
-    python scripts/fedhydra_teacher_regime.py --table          # print the tables only
-    python scripts/fedhydra_teacher_regime.py --epochs 20 --settings 2c/c \
+    nohup python scripts/evidence/fedhydra_teacher_regime.py > /tmp/hydra_table.log 2>&1 &
+    python scripts/evidence/fedhydra_teacher_regime.py --table          # print the tables only
+    python scripts/evidence/fedhydra_teacher_regime.py --epochs 20 --settings 2c/c \\
         --out results/fedhydra_teacher_regime_e20.json --only 'dense: mean_logits / pool;...'
-    nohup python scripts/fedhydra_teacher_regime.py --scale paper > /tmp/hydra_full.log 2>&1 &
+    nohup python scripts/evidence/fedhydra_teacher_regime.py --scale paper \\
+        > /tmp/hydra_full.log 2>&1 &
 """
 
 import argparse

@@ -5,7 +5,7 @@ Embedded FMNIST, 2 classes per client, m = 5, the two_classes_per_client noteboo
 server settings, seeds 1–3, one thread; DENSE on the same clients for reference
 (docs/decisions.md, FedHydra section).
 
-    python scripts/measure_fedhydra_sa_space.py [SERVER_EPOCHS]   # default 5
+    python scripts/evidence/measure_fedhydra_sa_space.py [SERVER_EPOCHS]   # default 5
 """
 
 import sys

@@ -9,7 +9,7 @@ Adam's first steps into visible differences within a few generator steps).
 Needs a local copy of zj-jayzhang/DENSE prepared as in docs/decisions.md ("DENSE against its
 public code": ``code/``, ``stubs/``, ``teachers/fmnist_b<beta>.pkl``); never commit that copy.
 
-usage: PYTHONPATH=. python scripts/dense_public_coupled.py --public-dir D --epochs 3 --f64
+usage: PYTHONPATH=. python scripts/evidence/dense_public_coupled.py --public-dir D --epochs 3 --f64
        [--fast]  (ofl's fast kernels instead of the stock arithmetic)
 """
 

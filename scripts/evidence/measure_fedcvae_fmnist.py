@@ -16,7 +16,7 @@ server 76 s; FedAvg clients 160 s; FedOneShot clients 203 s). The ``authors_code
 train their own clients (no conv ReLU; FedOneShot's clients initialised each on its own), so
 expect about the baselines' time again (not yet timed at full scale).
 
-    python scripts/measure_fedcvae_fmnist.py SEED [SEED ...] --alpha 0.01
+    python scripts/evidence/measure_fedcvae_fmnist.py SEED [SEED ...] --alpha 0.01
         [--presets paper authors_code] [--only-cvae | --only-baselines]
         [--local-epochs N] [--cvae-epochs N]      # reduced epochs: a smoke test only
         [--amp auto|off] [--baselines fedavg]     # off: float32 baseline clients

@@ -28,10 +28,12 @@ committed): ``code/`` (the code, with the stand-ins it needs on a CPU) and ``run
 launcher: ``run_public.py --workdir DIR --threads N -- <loop_df_fl.py arguments>``, with
 ``loop_df_fl.py`` extended by ``--teachers``, ``--acc_json`` and ``--server_seed``).
 
-    python scripts/compare_dense_public.py teachers --beta 0.1 --teachers T.pkl --public-dir D
-    python scripts/compare_dense_public.py run --beta 0.1 --teachers T.pkl --public-dir D \\
-        --sides public ofl --seeds 1 2 3 [--epochs 30 --batch-size 128 --g-steps 30]
-    python scripts/compare_dense_public.py table [--out results/dense_public]
+    python scripts/evidence/compare_dense_public.py teachers --beta 0.1 --teachers T.pkl \\
+        --public-dir D
+    python scripts/evidence/compare_dense_public.py run --beta 0.1 --teachers T.pkl \\
+        --public-dir D --sides public ofl --seeds 1 2 3 [--epochs 30 --batch-size 128 \\
+        --g-steps 30]
+    python scripts/evidence/compare_dense_public.py table [--out results/dense_public]
 
 Run it from the checkout with ``PYTHONPATH=.``, so that this checkout's ``ofl_core`` is the one
 imported (rows record its commit and path).
