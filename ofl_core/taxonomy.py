@@ -1,6 +1,6 @@
 """What is compared with what: for every server method of the registry, whether it needs real
 data on the server, how many communication rounds and server stages it has, what a client
-uploads and what the server needs besides the uploads (issue 21's method taxonomy; rendered in
+uploads and what the server needs besides the uploads (the method taxonomy; rendered in
 the README and the report by :func:`taxonomy_markdown` / :func:`taxonomy_frame`)."""
 
 from __future__ import annotations

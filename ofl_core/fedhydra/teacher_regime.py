@@ -1,4 +1,4 @@
-"""The teacher × distillation-regime experiment of issue 20: which reading of FedHydra
+"""The teacher × distillation-regime experiment: which reading of FedHydra
 reproduces its claims (Table 2: FedHydra above DENSE on 2c/c), on the same clients as DENSE.
 
 Each *variant* is a server method with a teacher (:mod:`ofl_core.distill.combiners`), a
@@ -62,7 +62,7 @@ RESULTS_FULL = RESULTS.with_name("fedhydra_teacher_regime_fmnist_full.json")
 PAPER_SERVER = {"epochs": 200, "steps_per_epoch": 30, "batch_size": 128, "kd_batch_size": 128,
                 "strat_steps": 30, "strat_batch_size": 128, "ngf": 64}
 #: the paper-scale run: PAPER_SERVER with T_g cut to 10 epochs. Measured on the shared 2-core
-#: CPU at one thread (docs/decisions.md, issue 20): the 200 local epochs of 5 clients take
+#: CPU at one thread (docs/decisions/fedhydra.md): the 200 local epochs of 5 clients take
 #: 30–75 min and the 30 × 128 probe (50 generators) 17–38 min, depending on the load; one
 #: server epoch (30 generator steps of 128 images at ngf 64) 34–43 s per row under load
 PAPER_SCALE_SERVER = {**PAPER_SERVER, "epochs": 10}
@@ -369,7 +369,7 @@ def summarise(data: dict, setting: str | None = None) -> pd.DataFrame:
 
 
 def verdict(data: dict, setting: str = "2c/c") -> pd.DataFrame:
-    """Issue 20's test on ``setting``: every non-diagnostic FedHydra variant against DENSE on
+    """The test on ``setting``: every non-diagnostic FedHydra variant against DENSE on
     the same clients and seeds (the seeds both have), by mean last and mean best accuracy;
     ``beats_dense`` = higher mean last accuracy. Sorted by mean last accuracy."""
     rows = pd.DataFrame(data["rows"])
