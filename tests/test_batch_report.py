@@ -228,7 +228,7 @@ def test_the_summary_counts_gaps_that_the_authors_codes_reading_reproduces(tmp_p
     ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x,\n"
      "   see: [no-such-file.md#dense-t1-fedavg]}", "there is no no-such-file.md"),
     ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x,\n"
-     "   see: 'docs/decisions.md: Paper-scale FMNIST records'}", "is not '<file>.md#<anchor>'"),
+     "   see: 'decisions: Paper-scale FMNIST records'}", "is not '<file>.md#<anchor>'"),
     ("- [1, 2]", "entry 1 must be a mapping"),
     ("- {paper: [", "not valid YAML"),
 ])
