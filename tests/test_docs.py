@@ -22,10 +22,10 @@ DOC_REF = re.compile(r"docs/decisions/([\w.-]+\.md)(?:#([\w-]+))?")
 #: reader-facing files: docs, READMEs, the gaps file, notebooks (both forms), the report's
 #: templates, and the sources whose docstrings readers see
 READER_GLOBS = ("README.md", "docs/decisions/*.md", "results/README.md", "results/gaps.yaml",
-                "results/grids/*.yaml", "notebooks/*.py", "notebooks/*.ipynb",
-                "notebooks/grids/**/*.yaml", "ofl_core/**/*.py", "ofl_core/batch/templates/*",
-                "scripts/**/*.py", "scripts/**/*.md", "benchmarks/*.py", "tests/*.py",
-                "run_all.py")
+                "results/grids/*.yaml", "results/measurements/*.txt", "notebooks/*.py",
+                "notebooks/*.ipynb", "notebooks/grids/**/*.yaml", "ofl_core/**/*.py",
+                "ofl_core/batch/templates/*", "scripts/**/*.py", "scripts/**/*.md",
+                "benchmarks/*.py", "tests/*.py", "run_all.py")
 #: "issue 19", "issue #6", "Issue 20's", "issues 18"
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 _ORD = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
