@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from ..results import alpha_key, paper_results
@@ -28,7 +27,6 @@ _ANCHOR = re.compile(r'^<a id="([^"]+)"></a>[ \t]*$(?:\s*^#+ (.+)$)?', re.MULTIL
 _REF = re.compile(r"^([\w.-]+\.md)#([\w-]+)$")
 
 
-@cache
 def _sections(docs: Path) -> dict[str, str]:
     """``{"<file>.md#<anchor>": section title}`` of every anchor in ``docs``' Markdown files
     (the title is the heading right after the anchor, else the reference itself)."""
@@ -42,7 +40,7 @@ def _sections(docs: Path) -> dict[str, str]:
 
 def doc_sections(docs: str | Path = DECISIONS_DIR) -> dict[str, str]:
     """Every section a gap may name: ``{"<file>.md#<anchor>": its title}``."""
-    return dict(_sections(Path(docs).resolve()))
+    return _sections(Path(docs).resolve())
 
 
 @dataclass(frozen=True)
