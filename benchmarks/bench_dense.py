@@ -5,7 +5,7 @@ The straightforward one is written the way DENSE's public code (zj-jayzhang/DENS
 
 **The straightforward version** (:class:`StraightforwardDense`, below) is DENSE's server loop
 for the ``authors_code`` setting as that code executes it, written from scratch in plain
-PyTorch (docs/decisions.md, "DENSE against its public code on identical teachers", lists the
+PyTorch (docs/decisions/authors-code.md#dense-public-code lists the
 15 points of that loop; the numbers below refer to that table). It follows:
 
 - the teachers in a plain Python list, called one after another and their logits averaged

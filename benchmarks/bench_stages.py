@@ -1,7 +1,7 @@
 """The three standard stages end to end, in absolute seconds, against the authors' public code.
 
-The authors' figures (issue 22; their code run on this 2-core CPU at one torch thread, same
-FashionMNIST partition and budget):
+The authors' figures (measured before this benchmark existed: their code run on this 2-core CPU
+at one torch thread, same FashionMNIST partition and budget):
 
 - local training, DENSE Dirichlet β = 0.1, seed 1, 5 × ``cnn_mnist``, 20 epochs with DENSE
   code's local preset (BN eval after epoch 1), batch 128: **418 s** (their time includes a

@@ -29,9 +29,9 @@
 # and a chain asked for by two tables runs once (DENSE at α = 0.1 with the same E fills both
 # papers' Table 5).
 # DENSE and FedHydra start each round's student from the previous global model (the papers do
-# not say; docs/decisions.md); FedAvg averages clients that started from it; FedDF starts from
-# that average. Driver: `ofl_core.multi_round` (one driver for every server method),
-# declared as runs with `rounds` (`ofl_core.tables.Run`).
+# not say; docs/decisions/notebooks.md#nb-multi-round); FedAvg averages clients that started
+# from it; FedDF starts from that average. Driver: `ofl_core.multi_round` (one driver for
+# every server method), declared as runs with `rounds` (`ofl_core.tables.Run`).
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images), 2
 # rounds of 2 local epochs, a few server epochs of a few generator steps — compare orderings

@@ -34,11 +34,11 @@
 # local epochs, a few server epochs of a few generator steps and a short stratification —
 # compare orderings, not exact numbers. `run_all.py --full` injects the paper's settings.
 #
-# The last three sections answer issue 20 — *which reading of FedHydra reproduces its claims,
-# and why the literal one collapses*: what model stratification measured on these clients, a
+# The last three sections ask *which reading of FedHydra reproduces its claims, and why the
+# literal one collapses*: what model stratification measured on these clients, a
 # teacher × distillation-regime table on the same clients as DENSE (read from the committed
-# results of `scripts/fedhydra_teacher_regime.py`), and the same check at the paper's scale
-# once its results file exists. FedHydra in the runs above is always the paper preset.
+# results of `scripts/evidence/fedhydra_teacher_regime.py`), and the same check at the paper's
+# scale once its results file exists. FedHydra in the runs above is always the paper preset.
 
 # %% tags=["parameters"]
 from typing import Optional
@@ -126,7 +126,7 @@ check = section.fig6b_block_check(tables, tables.setups[0], figures_dir,
                                   f"FedHydra Ū_r, 2c/c, {dataset}")
 
 # %% [markdown]
-# ## What stratification measured (issue 20)
+# ## What stratification measured
 # Alg. 2 trains one fresh generator per (client, class) against that client alone and records
 # the loss curve L_kj; Eq. 2 turns it into u = (max L − min L) / min L, which grows like
 # 1/min L. Left: the curves (log scale; solid = a class the client holds). Right: Ū_c, the
@@ -166,7 +166,7 @@ fig8 = section.fig8_ae_vs_sa(
 summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods else [])
 
 # %% [markdown]
-# ## Which reading of FedHydra reproduces? Teacher × distillation regime (issue 20)
+# ## Which reading of FedHydra reproduces? Teacher × distillation regime
 # Each row is a server on the same clients and the same stratification: a teacher (how the
 # clients' outputs are combined: DENSE's mean of logits, FedHydra's SA as written, SA on
 # probabilities, SA without Ū_c — label-free or with Eq. 10's label row —, the mean of
@@ -179,7 +179,8 @@ summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods els
 #
 # **Verdict on the committed results** (quick scale: embedded FMNIST, 10 local epochs, clients
 # trained with bf16 autocast — the file's `clients.precision`; the last accuracy, mean ± std over
-# seeds 1–3; the 20-epoch column and the details are in docs/decisions.md, issue 20). FedHydra
+# seeds 1–3; the 20-epoch column and the details are in
+# docs/decisions/fedhydra.md#fedhydra-readings). FedHydra
 # as written (the paper preset, `sa / intermediate`) reaches 11.1 ± 0.2 % on 2c/c against
 # DENSE's 20.7 ± 1.8 % (below DENSE in 3 of 3 seeds; 3.3 vs 29.7 with 20 server epochs), and
 # 7.8 ± 5.7 vs 26.0 ± 13.5 at α = 0.1. No reading the paper's text allows beats DENSE: SA as
@@ -192,17 +193,17 @@ summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods els
 # logits (32.7 %); without Ū_c it reaches 49.0 %. With `teacher_regime_results` pointing at
 # another file, the printed tables below are that file's, not these numbers.
 #
-# **The same check at the paper's scale: full FashionMNIST 2c/c** (the second table below).
-# Before concluding on Table 2, issue 20 asks for the best combination and the paper preset at
-# the paper's sizes: `scripts/fedhydra_teacher_regime.py --scale paper` runs DENSE, the paper
-# preset and `sa_no_uc / pool` (in FedHydra's loop and in DENSE's) on full FashionMNIST 2c/c
-# (60k training images) with the paper's 200 local epochs, T_G = 30 generator steps of 128
-# images, the 30 × 128 stratification probe and ngf 64 — but fewer server epochs than the
-# paper's T_g = 200 (the file's `scale` entry says what was reduced), one seed, so no std. The
-# committed run (seed 1, 10 server epochs) agrees with the quick tables: SA as written is below
-# the mean of logits and equals the oracle × Ū_c, the paper preset ends far below DENSE, and
-# `sa_no_uc / pool` beats DENSE (docs/decisions.md, "The paper-scale run"). Without the
-# results file the cell says that it is missing.
+# **The same check at the paper's scale: full FashionMNIST 2c/c** (the second table below). Before
+# concluding on Table 2, the best combination and the paper preset must be checked at the paper's
+# sizes: `scripts/evidence/fedhydra_teacher_regime.py --scale paper` runs DENSE, the paper preset
+# and `sa_no_uc / pool` (in FedHydra's loop and in DENSE's) on full FashionMNIST 2c/c (60k training
+# images) with the paper's 200 local epochs, T_G = 30 generator steps of 128 images, the 30 × 128
+# stratification probe and ngf 64 — but fewer server epochs than the paper's T_g = 200 (the file's
+# `scale` entry says what was reduced), one seed, so no std. The committed run (seed 1, 10 server
+# epochs) agrees with the quick tables: SA as written is below the mean of logits and equals the
+# oracle × Ū_c, the paper preset ends far below DENSE, and `sa_no_uc / pool` beats DENSE
+# (docs/decisions/fedhydra.md#fedhydra-t2-paper-scale). Without the results file the cell says that
+# it is missing.
 
 # %%
 teacher_regime = section.teacher_regime_report(
@@ -210,4 +211,4 @@ teacher_regime = section.teacher_regime_report(
 teacher_regime_full = section.teacher_regime_report(
     teacher_regime_full_results, figures_dir,
     "2c/c, full FashionMNIST, paper sizes: teacher / regime", name="teacher_regime_2cc_full",
-    default=RESULTS_FULL, command="scripts/fedhydra_teacher_regime.py --scale paper")
+    default=RESULTS_FULL, command="scripts/evidence/fedhydra_teacher_regime.py --scale paper")

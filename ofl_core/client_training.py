@@ -201,7 +201,7 @@ def train_clients(
     clients) starts every client from that model, in this process. ``trainer``:
     ``"grouped"`` trains same-architecture classifier clients at once as one grouped network
     (:mod:`ofl_core.grouped_training`), ``"sequential"`` one at a time, ``"auto"`` grouped on
-    CUDA (on the CPU one at a time measured as fast: docs/decisions.md).
+    CUDA (on the CPU one at a time measured as fast: docs/decisions/speed.md).
     """
     refuse_in_starting_worker()
     m = partition.num_clients

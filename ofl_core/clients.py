@@ -49,7 +49,7 @@ class LocalTrainConfig:
     Speed options, as the server methods have them: ``channels_last`` (convolutions on
     channels-last tensors; "auto" = on the CPU, where it is ~1.4× faster; float32 all the same,
     equal up to rounding) and ``amp`` (bfloat16 autocast; "auto" = where bfloat16 is native,
-    :mod:`ofl_core.precision`; measured against float32 in docs/decisions.md; False keeps
+    :mod:`ofl_core.precision`; measured against float32 in docs/decisions/clients.md; False keeps
     float32).
     """
 
@@ -262,8 +262,8 @@ def ldam_loss(
     logits already play the role of ``s·cos θ``, so the margin enters in softmax-input units
     as ``s·m_y`` and the logits are not multiplied by s. Multiplying raw, unbounded logits by
     30 (a literal reading) scales every gradient by 30 and the clients collapse to chance
-    (measured; docs/decisions.md). Classes absent from the client get the largest margin (they
-    never occur as targets, so the choice only avoids an infinite margin).
+    (measured; docs/decisions/clients.md). Classes absent from the client get the largest margin
+    (they never occur as targets, so the choice only avoids an infinite margin).
     """
     n = class_counts.to(logits.device, torch.float32).clamp(min=1)
     margins = n.pow(-0.25)

@@ -34,8 +34,7 @@ def predict_logits(
 
     ``batch_size`` None = :data:`EVAL_BATCH` of the device. On the CPU, convolutions run on
     channels-last images and weights (float32 as before, in another memory order; the outputs
-    equal the contiguous ones up to rounding; docs/decisions.md, "Speed: the fresh
-    clone's hidden costs, cheaper evaluation")."""
+    equal the contiguous ones up to rounding; docs/decisions/speed.md#speed-evaluation)."""
     dev = torch.device(device)
     batch_size = batch_size or EVAL_BATCH.get(dev.type, 1000)
     was_training = model.training

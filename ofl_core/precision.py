@@ -2,8 +2,9 @@
 
 ``amp="auto"`` (local training) means bfloat16 autocast where the hardware computes it natively
 — CUDA GPUs, and CPUs with AVX512-BF16 or AMX-BF16 — and float32 elsewhere. It was measured
-against float32 on the same partitions and seeds before becoming a default (docs/decisions.md,
-"bfloat16"); ``amp=False`` keeps the paper's float32 arithmetic everywhere.
+against float32 on the same partitions and seeds before becoming a default
+(docs/decisions/clients.md#precision); ``amp=False`` keeps the paper's float32 arithmetic
+everywhere.
 """
 
 from __future__ import annotations

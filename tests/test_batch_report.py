@@ -174,7 +174,8 @@ def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
                         _rec("dense", 30.0), _rec("dense", 85.0, alpha=0.5)])
     (tmp_path / "results" / "gaps.yaml").write_text(
         "- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1,\n"
-        "   presets: [paper], why: 'Eq. 2 weights by n_k <b>', see: decisions X}\n"
+        "   presets: [paper], why: 'Eq. 2 weights by n_k <b>',\n"
+        "   see: [paper-gaps.md#dense-t1-fedavg, authors-code.md#dense-coupled-check]}\n"
         "- {paper: dense, table: T1, dataset: fmnist, method: dense, alpha: 0.5, why: other}\n")
     soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
                          .read_text(), "html.parser")
@@ -184,7 +185,16 @@ def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
     assert "v-above" in paper["class"] and "v-below" in code["class"]
     why = paper.find(class_="why")
     assert why.name == "details" and why.find("summary").text == "why?"
-    assert "Eq. 2 weights by n_k <b>" in why.text and "decisions X" in why.text
+    assert "Eq. 2 weights by n_k <b>" in why.text
+    links = [(a["href"], a.text) for a in why.find_all("a")]  # each section, by its anchor
+    assert [h.rsplit("/", 3)[-3:] for h, _ in links] == [
+        ["docs", "decisions", "paper-gaps.md#dense-t1-fedavg"],
+        ["docs", "decisions", "authors-code.md#dense-coupled-check"]]
+    assert links[0][1] == "DENSE Table 1: FedAvg, FedOneShot and the ensemble"
+    report_dir = tmp_path / "out" / "report"
+    for href, _ in links:  # relative to the report's folder, to the file that holds the anchor
+        doc, anchor = href.split("#")
+        assert f'<a id="{anchor}"></a>' in (report_dir / doc).resolve().read_text()
     assert "not explained yet" in code.find(class_="why").text  # the entry names `paper` only
     assert "not explained yet" in rows["dense"][0].find(class_="why").text  # other α
     assert "v-reproduced" in rows["dense"][1].find(class_="ours")["class"]
@@ -212,6 +222,13 @@ def test_the_summary_counts_gaps_that_the_authors_codes_reading_reproduces(tmp_p
     ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x, a: 1}",
      "unknown key(s) a"),
     ("paper: dense", "must be a YAML list"),
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x,\n"
+     "   see: paper-gaps.md#no-such-section}", "see 'paper-gaps.md#no-such-section' names no"
+     " section"),
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x,\n"
+     "   see: [no-such-file.md#dense-t1-fedavg]}", "there is no no-such-file.md"),
+    ("- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x,\n"
+     "   see: 'decisions: Paper-scale FMNIST records'}", "is not '<file>.md#<anchor>'"),
     ("- [1, 2]", "entry 1 must be a mapping"),
     ("- {paper: [", "not valid YAML"),
 ])
@@ -222,6 +239,20 @@ def test_bad_gap_files_get_a_clear_error(tmp_path, text, message):
         load_gaps(f)
 
 
-def test_the_shipped_gap_explanations_name_real_cells():
-    gaps = load_gaps(RESULTS_DIR / "gaps.yaml")
+def test_the_shipped_gap_explanations_name_real_cells_and_sections():
+    gaps = load_gaps(RESULTS_DIR / "gaps.yaml")  # also checks every anchor exists
     assert gaps and all(g.why and g.see for g in gaps)
+
+
+def test_a_gap_anchor_is_checked_against_the_given_docs(tmp_path):
+    docs = tmp_path / "decisions"
+    docs.mkdir()
+    (docs / "t.md").write_text('# T\n\n<a id="here"></a>\n\n## Here\n\n`<a id="quoted"></a>`\n')
+    f = tmp_path / "gaps.yaml"
+    entry = "- {paper: dense, table: T1, dataset: fmnist, method: fedavg, alpha: 0.1, why: x, "
+    f.write_text(entry + "see: t.md#here}\n")
+    assert load_gaps(f, docs=docs)[0].see == ("t.md#here",)
+    f.write_text(entry + "see: t.md#quoted}\n")  # an anchor inside a code span is no section
+    with pytest.raises(ValueError, match="t.md has the anchors here"):
+        load_gaps(f, docs=docs)
+    assert load_gaps(f, docs=None)[0].see == ("t.md#quoted",)  # docs=None: not checked

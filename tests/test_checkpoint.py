@@ -1,4 +1,4 @@
-"""Server checkpoints (:mod:`ofl_core.checkpoint`, issue 19): a run interrupted after some
+"""Server checkpoints (:mod:`ofl_core.checkpoint`): a run interrupted after some
 epochs and run again resumes from its checkpoint and ends bit-identical (CPU, one thread) to
 an uninterrupted run, for every server with epochs; a corrupt or foreign checkpoint is
 discarded with a warning; another config, seed, client set or test set never resumes from it;

@@ -140,8 +140,9 @@ def test_heterogeneous_clients_need_student_arch() -> None:
 
 def test_amp_default_is_bf16_where_native_and_false_keeps_float32() -> None:
     """DENSE's server runs in bfloat16 by default where the CPU has it (measured unchanged,
-    docs/decisions.md), float32 with ``amp=False``; the result says which, and the autocast
-    really is on: the same run differs from the float32 one only where bfloat16 is native."""
+    docs/decisions/clients.md#precision), float32 with ``amp=False``; the result says which,
+    and the autocast really is on: the same run differs from the float32 one only where
+    bfloat16 is native."""
     ups = [_fresh_upload("cnn_mnist", k) for k in range(2)]
     ctx = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False, seed=3)
     tiny = {**TINY, "epochs": 1, "steps_per_epoch": 2}

@@ -1,4 +1,4 @@
-"""ofl_core.distill.combiners: every teacher on hand-made tensors (issue 20), the oracle's
+"""ofl_core.distill.combiners: every teacher on hand-made tensors, the oracle's
 weights from label counts, and the checks that keep the oracle a diagnostic."""
 
 from __future__ import annotations

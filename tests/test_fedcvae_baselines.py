@@ -1,4 +1,4 @@
-"""FedCVAE's FedAvg / FedOneShot baselines under both presets (issue 19), on tiny data.
+"""FedCVAE's FedAvg / FedOneShot baselines under both presets, on tiny data.
 
 - the ``authors_code`` FedOneShot combines by hard vote with ties to the lowest class, exactly
   the rule of FedCVAE's code (``np.bincount(votes).argmax()``, servers/server_one_shot.py

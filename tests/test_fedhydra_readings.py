@@ -1,6 +1,6 @@
-"""Issue 20's readings of FedHydra: the pluggable teacher in the FedHydra and DENSE servers, the
-``"replay"`` regime, the opt-in robust u, the stratification diagnostics, the teacher panel
-and the teacher × regime table's bookkeeping."""
+"""The readings of FedHydra (docs/decisions/fedhydra.md): the pluggable teacher in the FedHydra and
+DENSE servers, the ``"replay"`` regime, the opt-in robust u, the stratification diagnostics, the
+teacher panel and the teacher × regime table's bookkeeping."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Bad inputs and faults that used to hang or give silently wrong results (issue 18's "Wrong"
-list): each must now be a clear error or correct behaviour."""
+"""Bad inputs and faults that used to hang or give silently wrong results
+(docs/decisions/reliability.md): each must now be a clear error or correct behaviour."""
 
 from __future__ import annotations
 

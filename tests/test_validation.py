@@ -1,5 +1,6 @@
-"""Bad values at every config boundary (issue 18's "Unclear" list): each is a ``ValueError`` at
-construction that names the class, the field, what it must be and what it got."""
+"""Bad values at every config boundary (docs/decisions/reliability.md#reliability-validation): each
+is a ``ValueError`` at construction that names the class, the field, what it must be and what it
+got."""
 
 from __future__ import annotations
 

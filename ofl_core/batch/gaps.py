@@ -3,13 +3,16 @@
 Each entry names one cell of a paper's table (``paper``, ``table``, ``dataset``, ``method``,
 ``alpha``; ``partition``, ``num_clients`` and ``setting`` where the table has several), and
 optionally the ``presets`` it is about (all when left out); ``why`` is the gap's best
-explanation in a sentence or two, ``see`` where its evidence is (a section of
-docs/decisions.md). The scoreboard prints it under each paper-scale entry of that cell that is
-above or below the paper's number, and says so where a gap has no explanation yet.
+explanation in a sentence or two, ``see`` where its evidence is: one or a list of sections of
+the decisions documents, each ``<file>.md#<anchor>`` relative to ``docs/decisions/`` (an
+``<a id="<anchor>"></a>`` there; a reference to a file or anchor that does not exist is refused).
+The scoreboard prints it under each paper-scale entry of that cell that is above or below the
+paper's number, with a link to each section, and says so where a gap has no explanation yet.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,26 @@ from ..results import alpha_key, paper_results
 
 REQUIRED = ("paper", "table", "dataset", "method", "why")
 OPTIONAL = ("alpha", "partition", "num_clients", "setting", "presets", "see")
+#: the decisions documents a gap's ``see`` points into (``<file>.md#<anchor>``)
+DECISIONS_DIR = Path(__file__).resolve().parents[2] / "docs" / "decisions"
+_ANCHOR = re.compile(r'^<a id="([^"]+)"></a>[ \t]*$(?:\s*^#+ (.+)$)?', re.MULTILINE)
+_REF = re.compile(r"^([\w.-]+\.md)#([\w-]+)$")
+
+
+def _sections(docs: Path) -> dict[str, str]:
+    """``{"<file>.md#<anchor>": section title}`` of every anchor in ``docs``' Markdown files
+    (the title is the heading right after the anchor, else the reference itself)."""
+    found: dict[str, str] = {}
+    for md in sorted(Path(docs).glob("*.md")):
+        for anchor, title in _ANCHOR.findall(md.read_text(encoding="utf-8")):
+            ref = f"{md.name}#{anchor}"
+            found[ref] = title.strip() or ref
+    return found
+
+
+def doc_sections(docs: str | Path = DECISIONS_DIR) -> dict[str, str]:
+    """Every section a gap may name: ``{"<file>.md#<anchor>": its title}``."""
+    return _sections(Path(docs).resolve())
 
 
 @dataclass(frozen=True)
@@ -30,7 +53,7 @@ class Gap:
     method: str
     akey: str  # α as :func:`~ofl_core.results.alpha_key` writes it ('' for none)
     why: str
-    see: str = ""
+    see: tuple[str, ...] = ()  # "<file>.md#<anchor>" under docs/decisions/
     presets: tuple[str, ...] = ()  # () = every preset
     partition: str | None = None
     num_clients: int | None = None
@@ -61,17 +84,28 @@ def _gap(i: int, item: object, where: str) -> Gap:
     presets = item.get("presets") or ()
     if isinstance(presets, str):
         presets = (presets,)
+    see = item.get("see") or ()
+    if isinstance(see, str):
+        see = (see,)
+    if not isinstance(see, (list, tuple)) or not all(isinstance(s, str) for s in see):
+        raise ValueError(f"{where}: entry {i}: see must be '<file>.md#<anchor>' or a list of them"
+                         f" (relative to docs/decisions/), got {see!r}")
+    bad = [s for s in see if not _REF.match(s.strip())]
+    if bad:
+        raise ValueError(f"{where}: entry {i}: see {bad[0]!r} is not '<file>.md#<anchor>' (a "
+                         "section of docs/decisions/, e.g. 'paper-gaps.md#dense-t1-a05-dense')")
     return Gap(paper=str(item["paper"]), table=str(item["table"]),
                dataset=str(item["dataset"]), method=str(item["method"]),
                akey=alpha_key(item.get("alpha")), why=" ".join(str(item["why"]).split()),
-               see=str(item.get("see") or ""), presets=tuple(str(p) for p in presets),
+               see=tuple(s.strip() for s in see), presets=tuple(str(p) for p in presets),
                partition=item.get("partition"), num_clients=item.get("num_clients"),
                setting=item.get("setting"))
 
 
-def load_gaps(path: str | Path) -> list[Gap]:
+def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list[Gap]:
     """The explanations of ``path`` (a YAML list), each checked to name a cell of the papers'
-    tables; a missing file is no explanations."""
+    tables and, unless ``docs`` is None, sections (anchors) that exist in ``docs``; a missing
+    file is no explanations."""
     import yaml
 
     path = Path(path)
@@ -99,6 +133,18 @@ def load_gaps(path: str | Path) -> list[Gap]:
                 f"{path}: entry {i} ({g.paper} {g.table} {g.dataset} {g.method} α={g.akey or '-'})"
                 " names no cell of the papers' tables; check its keys against "
                 "ofl_core/paper_results.csv")
+    if docs is not None:
+        sections = doc_sections(docs)
+        for i, g in enumerate(gaps, 1):
+            for ref in g.see:
+                if ref not in sections:
+                    name = ref.split("#")[0]
+                    known = sorted(a.split("#")[1] for a in sections if a.startswith(name + "#"))
+                    raise ValueError(
+                        f"{path}: entry {i} ({g.paper} {g.table} {g.dataset} {g.method}): see "
+                        f"{ref!r} names no section of {docs}: "
+                        + (f"{name} has the anchors {', '.join(known)}" if known
+                           else f"there is no {name} with anchors"))
     return gaps
 
 

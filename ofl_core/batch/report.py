@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
-from .gaps import load_gaps
+from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
 from .scale import run_scale
 from .scoreboard import annotated_frame, boards, entries, further, split, summary
 from .tasks import (
@@ -159,6 +159,22 @@ def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
     return figs
 
 
+def _see_links(rep: Path, docs: Path = DECISIONS_DIR):
+    """``links(gap)``: ``(href, title)`` of each decisions section a gap names, the href relative
+    to the report's folder (``docs/decisions/<file>.md#<anchor>``)."""
+    titles = doc_sections(docs) if docs.is_dir() else {}
+
+    def links(gap: Gap) -> list[tuple[str, str]]:
+        out = []
+        for ref in gap.see:
+            name, anchor = ref.split("#", 1)
+            out.append((f"{Path(os.path.relpath(docs / name, rep)).as_posix()}#{anchor}",
+                        titles.get(ref, ref)))
+        return out
+
+    return links
+
+
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                  results: Path | None = RESULTS_DIR) -> Path:
     """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.
@@ -186,7 +202,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
-        taxonomy=_taxonomy_html(), json=json)
+        taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json)
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:

@@ -1,6 +1,6 @@
 """Server checkpoints: a server run's whole state written to the cache every few epochs, so
 that a run killed midway resumes where it stopped, bit-identical on the CPU to an
-uninterrupted run (docs/decisions.md, "Server checkpoints and resume").
+uninterrupted run (docs/decisions/reliability.md#checkpoints).
 
 - :mod:`.state`: what is saved (named pieces with ``state_dict``/``load_state_dict``; RNG
   adapters), captured without drawing from any RNG and restored all-or-nothing;

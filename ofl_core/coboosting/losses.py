@@ -1,8 +1,8 @@
 """Co-Boosting's own pieces (Dai et al., ICLR 2024; read from its public code
-``rong-dai/Co-Boosting``, see docs/decisions.md): the weighted ensemble A_w, the hard-sample
-loss and the adversarial loss of the generator, the gradient-sign step of the ensemble weights
-and the output-diversified perturbation of the distillation inputs. Each function touches only
-what its step optimises: the weights step differentiates w alone, the perturbation x alone.
+``rong-dai/Co-Boosting``, see docs/decisions/coboosting.md): the weighted ensemble A_w, the
+hard-sample loss and the adversarial loss of the generator, the gradient-sign step of the ensemble
+weights and the output-diversified perturbation of the distillation inputs. Each function touches
+only what its step optimises: the weights step differentiates w alone, the perturbation x alone.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 One-Shot Federated Learning Through Data and Ensemble Co-Boosting", ICLR 2024; public code
 ``rong-dai/Co-Boosting``). No paper text is in this repository: the three steps are the
 method as the paper's abstract states it; every formula and number below comes from the code
-(docs/decisions.md says which).
+(docs/decisions/coboosting.md says which).
 
 Per epoch e, with the weighted ensemble A_w(x) = Σ_k w_k f_k(x) / Σ_k w_k (w = 1/m at first):
 1. Hard-sample synthesis: z ~ N(0, I), uniform labels y; T_G Adam steps of the generator on
@@ -56,7 +56,7 @@ from .losses import (
 @dataclass(frozen=True)
 class CoBoostingConfig(SynthesisConfig):
     """Co-Boosting's server side. Defaults = ``preset="paper"``; every ⚑ field is a documented
-    difference of the authors' code (``preset="authors_code"``, docs/decisions.md).
+    difference of the authors' code (``preset="authors_code"``, docs/decisions/coboosting.md).
 
     Shared with DENSE (the code's README command ``co_boosting.sh``): ``epochs`` 200,
     ``steps_per_epoch`` T_G = 30, ``batch_size`` = ``kd_batch_size`` = 128, generator Adam

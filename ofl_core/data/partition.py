@@ -203,7 +203,7 @@ def _dirichlet_fedcvae(
     At very small α (e.g. 0.001) numpy's legacy Dirichlet sampler can return NaN rows (all
     gamma draws underflow to 0, then 0/0). We replace such a row by a one-hot on a uniformly
     drawn class (the α → 0 limit of Dir(α·1)); and a class column that sums to zero over clients
-    gives all of its samples to the leftover rule. Documented in docs/decisions.md.
+    gives all of its samples to the leftover rule. Documented in docs/decisions/data.md.
     """
     class_idx = []
     for c in range(C):

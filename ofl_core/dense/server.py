@@ -78,17 +78,17 @@ class DenseConfig(TeacherConfig):
     shuffled pass over the pool in batches of ``kd_batch_size`` (epoch e = ⌈e·b/kd_batch⌉
     steps). SPEC §4 recommends ``"pool"`` for the paper preset too (the paper's numbers came
     from code that does it), keeping the paper's losses, weights and hyperparameters — so both
-    presets default to ``"pool"``; see docs/decisions.md.
+    presets default to ``"pool"``; see docs/decisions/dense.md.
 
     ``ablation`` (DENSE Table 6): ``"ce_only"`` (λ1 = λ2 = 0), ``"no_bn"`` (λ1 = 0),
     ``"no_div"`` (λ2 = 0). ``student_arch``: None = the clients' architecture (homogeneous
     clients); required for heterogeneous clients (the paper uses ``"resnet18"``).
     ``label`` overrides the reported method name (e.g. ``"dense+ldam"`` for LDAM clients).
 
-    ``teacher`` (default ``"mean_logits"`` = D, Eq. 1; issue 20): the teacher of the generator
-    loss and of the distillation (:mod:`ofl_core.distill.combiners`). A weighted teacher runs
-    FedHydra's model stratification first (the ``strat_*`` fields, same seed as FedHydra);
-    a labelled one uses the sampled labels y in L_gen and its label-free form in the
+    ``teacher`` (default ``"mean_logits"`` = D, Eq. 1; docs/decisions/fedhydra.md): the teacher of
+    the generator loss and of the distillation (:mod:`ofl_core.distill.combiners`). A weighted
+    teacher runs FedHydra's model stratification first (the ``strat_*`` fields, same seed as
+    FedHydra); a labelled one uses the sampled labels y in L_gen and its label-free form in the
     distillation (DENSE's pool keeps images only).
 
     Speed options (same results up to float rounding, except ``amp``): ``fast_generator``
@@ -96,7 +96,7 @@ class DenseConfig(TeacherConfig):
     "auto" = on CUDA), ``channels_last`` ("auto" = on CPU), ``amp`` (bfloat16 autocast;
     "auto" = where bfloat16 is native, as for local training: DENSE's accuracy was measured
     unchanged against float32 over 3 seeds at the quick scale and at β = 0.1 on the full
-    FMNIST, docs/decisions.md "bfloat16"; ``amp=False`` keeps the paper's float32).
+    FMNIST, docs/decisions/clients.md#precision; ``amp=False`` keeps the paper's float32).
     """
 
     kd_temperature: float = 1.0

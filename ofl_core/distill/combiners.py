@@ -1,6 +1,6 @@
 """The teacher: how the m clients' outputs P_k = f_k(x̂) (m, B, C) become the one prediction the
 generator is trained against and the student distils — the ``teacher`` field shared by DENSE
-and FedHydra (:class:`~ofl_core.distill.config.TeacherConfig`; issue 20).
+and FedHydra (:class:`~ofl_core.distill.config.TeacherConfig`).
 
 Every teacher returns logits (B, C) for softmax / CE / KL (log-probabilities where it averages
 probabilities). ``y`` is the target label of each synthetic sample when one exists (generator
@@ -12,7 +12,8 @@ images, DENSE's unlabelled pool). Weights W are (C, m) (rows classes j, columns 
 - ``"sa"``: FedHydra's stratified aggregation as written, Eqs. 8–11 on logits with Ū_c and Ū_r
   (:func:`~ofl_core.distill.stratified_aggregation.sa_logits`; FedHydra's default). Labelled: the
   sample's row Ū_r(y_i, ·) (Eq. 10); label-free: P_ij = Σ_k Ū_r(j,k)·Ū_c(j,k)·P_k[i,j].
-- ``"sa_probs"``: the same weights on softmax probabilities (not the paper; docs/decisions.md).
+- ``"sa_probs"``: the same weights on softmax probabilities (not the paper;
+  docs/decisions/fedhydra.md).
 - ``"sa_no_uc"``: SA without the Ū_c factor (Eq. 8 dropped), label-free always:
   P_ij = Σ_k Ū_r(j,k)·P_k[i,j] — each class's logit from the clients that guide that class.
 - ``"sa_no_uc_labelled"``: SA without Ū_c with Eq. 10's row: P[i,:] = Σ_k Ū_r(y_i,k)·P_k[i,:]

@@ -91,11 +91,11 @@ class SynthesisConfig(GeneratorConfig):
 
 @dataclass(frozen=True)
 class TeacherConfig(SynthesisConfig):
-    """:class:`SynthesisConfig` + the pluggable teacher that DENSE and FedHydra share (issue 20).
+    """:class:`SynthesisConfig` + the pluggable teacher that DENSE and FedHydra share.
 
     ``teacher``: how the clients' outputs are combined (:mod:`ofl_core.distill.combiners`):
     DENSE's default ``"mean_logits"`` (DENSE Eq. 1), FedHydra's ``"sa"`` (Eqs. 8–11 as
-    written); the others are readings measured in issue 20 (docs/decisions.md);
+    written); the others are readings measured in docs/decisions/fedhydra.md;
     ``"oracle"`` is a diagnostic (true label counts), never a method, and the servers refuse it
     unless its weights are passed explicitly. The weighted teachers need FedHydra's model
     stratification (Alg. 2), set by ``strat_steps`` = T_G = 30, ``strat_batch_size`` = b = 128,

@@ -86,7 +86,7 @@ def guidance_capability(losses: torch.Tensor, min_loss_floor: float = MIN_LOSS_F
                         rule: str = "eq2") -> torch.Tensor:
     """u = (max L − min L) / min L over the last dimension (FedHydra Eq. 2), in float64.
 
-    ``rule="log_ratio"`` (opt-in, **not the paper**; docs/decisions.md, issue 20):
+    ``rule="log_ratio"`` (opt-in, **not the paper**; docs/decisions/fedhydra.md):
     u = log(max L / min L) = log(1 + u_Eq.2). Eq. 2 grows like 1/min L, so a client's two own
     classes can differ by orders of magnitude in u (and Ū_c is then winner-take-all between
     them); the logarithm keeps the order of Eq. 2 and turns those ratios into differences.

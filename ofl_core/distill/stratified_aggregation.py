@@ -46,14 +46,14 @@ def sa_logits(
     sample's target class).
 
     ``y=None`` gives the label-free form for real data, where no target label exists (the paper
-    is silent; docs/decisions.md): P[i, j] = Σ_k Ū_r(j, k)·Ū_c(j, k)·P_k[i, j] — each class's
-    logit is combined with that class's client weights.
+    is silent; docs/decisions/fedhydra.md): P[i, j] = Σ_k Ū_r(j, k)·Ū_c(j, k)·P_k[i, j] — each
+    class's logit is combined with that class's client weights.
 
     Scale: Ū_c's columns sum to 1 over classes, so P is about 1/C of the mean of logits (exactly
     mean/C with uniform weights), i.e. a softmax temperature of C in every CE/KL on P.
     ``rescale=True`` multiplies P by C (SPEC §4); argmax is unchanged.
 
-    ``space="probs"`` (not the paper; docs/decisions.md): the same weights applied to each
+    ``space="probs"`` (not the paper; docs/decisions/fedhydra.md): the same weights applied to each
     client's softmax probabilities instead of its logits, returned as log-probabilities
     log(P) (so CE/KL on the result read P as a distribution). With logits, a weight ≈ 0 turns a
     client's strongly negative logit for a class it never saw into ≈ 0, which then outranks

@@ -92,10 +92,10 @@ class CVAETrainConfig:
     NHWC activations; "auto" = on the CPU) and ``fused_adam`` (one fused kernel per Adam step
     instead of per-tensor foreach ops; "auto" = always). ``amp``: bfloat16 autocast of the
     client's forward pass ("auto" = where bfloat16 is native, as local training's; off by
-    default until shown accuracy-neutral for FedCVAE, docs/decisions.md). A decoder trained
+    default until shown accuracy-neutral for FedCVAE, docs/decisions/speed.md). A decoder trained
     with any of them gets its own cache entry (:meth:`speed_key`), so a cached result never
     depends on which code filled the cache; with all off the keys are those from before the
-    options existed. Measured in docs/decisions.md ("Speed against the authors' code").
+    options existed. Measured in docs/decisions/speed.md#speed-fedcvae.
     """
 
     variant: str = "cvae"
@@ -178,7 +178,8 @@ def secret_prior_mean(latent_dim: int, scale: float, seed: int) -> tuple[float, 
     """A secret prior centre μ ~ U(−scale, scale)^d (security shift, §3.3), from ``seed``.
 
     The paper only says "a random position in real space"; the uniform box is our choice
-    (docs/decisions.md). ``scale=0`` gives μ = 0 (⚑ the authors' code never shifts the prior).
+    (docs/decisions/fedcvae.md). ``scale=0`` gives μ = 0 (⚑ the authors' code never shifts the
+    prior).
     """
     if scale < 0:
         raise ValueError(f"scale must be ≥ 0 (got {scale})")

@@ -27,8 +27,8 @@ class FedCVAESecurityConfig:
     """The security-shift experiment (§3.3, Fig. 5).
 
     ⚑ ``mean_scale``: the secret prior centre is μ ~ U(−s, s)^d (paper: "a random position in
-    real space"; s is our choice, docs/decisions.md); the authors' code never shifts the prior
-    (s = 0, so its Fig. 5 attacks N(0, I) decoders with boxes centred on the true μ).
+    real space"; s is our choice, docs/decisions/fedcvae.md); the authors' code never shifts the
+    prior (s = 0, so its Fig. 5 attacks N(0, I) decoders with boxes centred on the true μ).
     ``bounds``: the eavesdropper's U(−b, b) boxes.
     """
 

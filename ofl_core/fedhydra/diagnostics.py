@@ -1,4 +1,4 @@
-"""FedHydra diagnostics (issue 20): what model stratification (Alg. 2) measured, and how good
+"""FedHydra diagnostics: what model stratification (Alg. 2) measured, and how good
 each teacher (:mod:`ofl_core.distill.combiners`) is on real test images — as tidy frames.
 
 - :func:`loss_curves_frame`: the loss curves L_kj (Eq. 1), one row per (client, class, step).

@@ -13,7 +13,7 @@
 
 The teachers, the BN loss, the KL, the generator and the pool are DENSE's machinery
 (:mod:`ofl_core.distill`). FedHydra has no public code, so ``preset="authors_code"`` equals
-the paper preset; every choice the paper leaves open is in docs/decisions.md.
+the paper preset; every choice the paper leaves open is in docs/decisions/fedhydra.md.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class FedHydraConfig(TeacherConfig):
     SGD ``kd_lr`` 0.01. Stratification uses the same T_G, b and Adam (``strat_steps``,
     ``strat_batch_size``, ``strat_lr``; :class:`~ofl_core.distill.config.TeacherConfig`).
 
-    Not given by the paper (docs/decisions.md): β = ``kd_ce_weight`` = 1 (Eq. 19);
+    Not given by the paper (docs/decisions/fedhydra.md): β = ``kd_ce_weight`` = 1 (Eq. 19);
     ``kd_momentum`` 0.9 and Adam ``g_betas`` (0.5, 0.999) (DENSE's values, FedHydra builds on
     DENSE); nz = 256 and the generator of SPEC §2; ``kd_data`` (the distillation regime):
 
@@ -65,9 +65,9 @@ class FedHydraConfig(TeacherConfig):
       logits computed for them during the generator steps) are distilled after the generator
       stage, one SGD step each — FedHydra §2: "our strategy leverages all generated intermediate
       images" instead of selecting the best batch as DENSE does.
-    - ``"replay"`` (not the paper; issue 20): every intermediate batch and its labels join a
-      growing pool, and each epoch makes T_G SGD steps on batches of ``kd_batch_size`` drawn
-      from the whole pool (as many student steps as ``"intermediate"``, but old batches are
+    - ``"replay"`` (not the paper; docs/decisions/fedhydra.md): every intermediate batch and its
+      labels join a growing pool, and each epoch makes T_G SGD steps on batches of ``kd_batch_size``
+      drawn from the whole pool (as many student steps as ``"intermediate"``, but old batches are
       replayed); the teacher is recomputed on the stored images.
     - ``"fresh"``: Algorithm 1 read literally — one student step per epoch on G(z) after the
       T_G generator steps (200 student steps in all).
@@ -76,7 +76,7 @@ class FedHydraConfig(TeacherConfig):
 
     ``teacher`` (default ``"sa"``: Eqs. 8–11 as written; :mod:`ofl_core.distill.combiners`):
     the prediction P of Eqs. 12–19. ``"sa_probs"`` applies the SA weights to softmax
-    probabilities (not the paper; measured in docs/decisions.md, FedHydra section).
+    probabilities (not the paper; measured in docs/decisions/fedhydra.md).
     ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies the
     ``"sa"`` teacher's P by C (SPEC §4). ``student_arch``: None = the clients' architecture
     (homogeneous clients); the paper's server model for heterogeneous clients is

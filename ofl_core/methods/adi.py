@@ -1,6 +1,6 @@
 """Fed-ADI: Adaptive DeepInversion (Yin et al., CVPR 2020) applied to the client ensemble —
 DENSE's strongest baseline (DENSE §3.1.3; SPEC §4). No reference code exists for this
-baseline; every choice below is in docs/decisions.md.
+baseline; every choice below is in docs/decisions/dense-baselines.md.
 
 Each epoch optimises a fresh batch of pixels x̂ (labels y uniform) for ``steps_per_epoch`` Adam
 steps on L = CE(D(x̂'), y) + 10·L_BN(x̂') + 1e-3·TV_L1(x̂') + 1·(−JS(σ(S(x̂')/3), σ(D(x̂')/3))),

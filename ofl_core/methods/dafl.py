@@ -1,6 +1,6 @@
 """Fed-DAFL: DAFL (Chen et al., ICCV 2019) applied to the client ensemble — DENSE's baseline
 (DENSE §3.1.3; SPEC §4). No reference code exists for this baseline; every choice below is in
-docs/decisions.md.
+docs/decisions/dense-baselines.md.
 
 A persistent generator G (never reset) is trained with DAFL's loss on the ensemble D:
 L_G = L_oh + α·L_a + β·L_ie (DAFL Eqs. 3–6) with L_oh = CE(D(x̂), argmax D(x̂)), L_a = −mean|f|
@@ -45,7 +45,7 @@ class FedDAFLConfig(GeneratorConfig):
     ``kd_data``: ``"fresh"`` = DAFL's loop (a student step on every generator batch: 6000 KD
     steps); ``"pool"`` = DENSE's distillation stage (each epoch's lowest-L_G batch joins an
     8-bit pool when ``pool_uint8``, then one shuffled pass over it in batches of
-    ``kd_batch_size``: ≈ 20 000 KD steps at T = 200); see docs/decisions.md."""
+    ``kd_batch_size``: ≈ 20 000 KD steps at T = 200); see docs/decisions/paper-gaps.md."""
 
     kd_temperature: float = 1.0
     oh_weight: float = 1.0

@@ -1,6 +1,6 @@
 """FedDF: ensemble distillation for model fusion (Lin et al., NeurIPS 2020), one-shot and
 data-free as DENSE's baseline (DENSE §3.1.3; SPEC §4). No reference code exists for this
-baseline; every choice below is in docs/decisions.md.
+baseline; every choice below is in docs/decisions/dense-baselines.md.
 
 The student starts from the FedAvg model (n_k-weighted parameter average, homogeneous clients)
 — or a fresh model of ``student_arch`` for heterogeneous clients — and is distilled from the
@@ -39,7 +39,8 @@ class FedDFConfig(DistillConfig):
     the literal reading: BN layers normalise with the proxy batch's statistics and update
     their running statistics from it) or "eval" (BN layers keep the FedAvg model's running
     statistics, only weights move; on a noise proxy "train" replaces them with noise
-    statistics — see docs/decisions.md). No authors' code exists: both presets are equal."""
+    statistics — see docs/decisions/paper-gaps.md). No authors' code exists: both presets are
+    equal."""
 
     kd_temperature: float = 1.0
     proxy: str = "noise"

@@ -175,7 +175,7 @@ class CVAE(nn.Module):
 
     ``prior_mean`` (length ``latent_dim``) shifts the prior to N(μ₀, I) (security extension,
     §3.3); it is a buffer of the CVAE (never uploaded) and the encoder's μ-bias starts at μ₀ so
-    that q starts at the prior (docs/decisions.md).
+    that q starts at the prior (docs/decisions/fedcvae.md).
     """
 
     def __init__(self, num_classes: int, in_channels: int = 1, image_size: int = 32,

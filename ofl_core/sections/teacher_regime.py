@@ -1,4 +1,4 @@
-"""The teacher × distillation-regime experiment of issue 20: which reading of FedHydra
+"""The teacher × distillation-regime experiment: which reading of FedHydra
 reproduces its claims (Table 2: FedHydra above DENSE on 2c/c), on the same clients as DENSE.
 
 Each *variant* is a server method with a teacher (:mod:`ofl_core.distill.combiners`), a
@@ -10,7 +10,8 @@ on the real test set with no distillation (:func:`~ofl_core.fedhydra.diagnostics
 
 :func:`run_table` writes everything to one JSON file after each run and skips the rows it
 already holds (resumable); :func:`summarise` and :func:`panel_summary` turn the file into the
-tables (mean ± std over seeds). ``scripts/fedhydra_teacher_regime.py`` is the command line.
+tables (mean ± std over seeds). ``scripts/evidence/fedhydra_teacher_regime.py`` is the command
+line.
 
 Two scales (:data:`SCALES`): ``"quick"`` (the embedded FMNIST subset, 10 local epochs, the
 notebook's quick server sizes; every variant) and ``"paper"`` (full FashionMNIST 2c/c, the
@@ -51,7 +52,7 @@ from ..results import machine
 QUICK = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,
          "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
 SETTINGS = ("2c/c", "α=0.1")  # FedHydra Table 2's and Table 1's (α = 0.1) partitions
-#: the committed results of ``scripts/fedhydra_teacher_regime.py`` (quick sizes)
+#: the committed results of ``scripts/evidence/fedhydra_teacher_regime.py`` (quick sizes)
 RESULTS = "fedhydra_teacher_regime.json"
 #: the results of the paper-scale run (``--scale paper``; absent until it has run)
 RESULTS_FULL = "fedhydra_teacher_regime_fmnist_full.json"
@@ -61,7 +62,7 @@ RESULTS_FULL = "fedhydra_teacher_regime_fmnist_full.json"
 PAPER_SERVER = {"epochs": 200, "steps_per_epoch": 30, "batch_size": 128, "kd_batch_size": 128,
                 "strat_steps": 30, "strat_batch_size": 128, "ngf": 64}
 #: the paper-scale run: PAPER_SERVER with T_g cut to 10 epochs. Measured on the shared 2-core
-#: CPU at one thread (docs/decisions.md, issue 20): the 200 local epochs of 5 clients take
+#: CPU at one thread (docs/decisions/fedhydra.md): the 200 local epochs of 5 clients take
 #: 30–75 min and the 30 × 128 probe (50 generators) 17–38 min, depending on the load; one
 #: server epoch (30 generator steps of 128 images at ngf 64) 34–43 s per row under load
 PAPER_SCALE_SERVER = {**PAPER_SERVER, "epochs": 10}
@@ -368,7 +369,7 @@ def summarise(data: dict, setting: str | None = None) -> pd.DataFrame:
 
 
 def verdict(data: dict, setting: str = "2c/c") -> pd.DataFrame:
-    """Issue 20's test on ``setting``: every non-diagnostic FedHydra variant against DENSE on
+    """The test on ``setting``: every non-diagnostic FedHydra variant against DENSE on
     the same clients and seeds (the seeds both have), by mean last and mean best accuracy;
     ``beats_dense`` = higher mean last accuracy. Sorted by mean last accuracy."""
     rows = pd.DataFrame(data["rows"])

@@ -1,7 +1,7 @@
 """FedHydra's 2c/c notebook (``notebooks/two_classes_per_client.py``): Fig. 6b (the
 stratified weights Ū_r), Fig. 7 (accuracy over distillation epochs), Fig. 8 (the averaging vs
 the stratified-aggregation ensemble) and the Table 2 verdicts, from a
-:class:`~ofl_core.tables.Tables`; issue 20's stratification diagnostics and the teacher ×
+:class:`~ofl_core.tables.Tables`; the stratification diagnostics and the teacher ×
 regime table (:mod:`ofl_core.sections.teacher_regime`)."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def plot_stratification(curves: pd.DataFrame, frame: pd.DataFrame, title: str) -
 
 def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | os.PathLike,
                                title: str) -> pd.DataFrame | None:
-    """Issue 20: what model stratification (Alg. 2) measured on ``setup``'s clients, from the
+    """What model stratification (Alg. 2) measured on ``setup``'s clients, from the
     first FedHydra run's loss curves: the curves and Ū_c (``fedhydra_stratification.png``), and
     per client the Ū_c ratio between the classes it owns (Eq. 2's u grows like 1/min L, so
     Ū_c can keep one own class and silence the other). Returns the (client, class) frame of
@@ -179,11 +179,11 @@ def stratification_diagnostics(tables: Tables, setup: Setup, figures_dir: str | 
 def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.PathLike,
                           title: str, name: str = "teacher_regime_2cc",
                           default: str = tr.RESULTS,
-                          command: str = "scripts/fedhydra_teacher_regime.py"
+                          command: str = "scripts/evidence/fedhydra_teacher_regime.py"
                           ) -> pd.DataFrame | None:
     """FedHydra's teacher × regime table from a results file of
-    ``scripts/fedhydra_teacher_regime.py`` (``path``; None = ``default``, a file of the
-    checkout's ``results/``: the committed quick table): its scale and wall time when
+    ``scripts/evidence/fedhydra_teacher_regime.py`` (``path``; None = ``default``, a file of
+    the checkout's ``results/``: the committed quick table): its scale and wall time when
     recorded, the table per setting (mean ± std over seeds of the last and best accuracy), the
     teacher panel, the verdict (non-diagnostic FedHydra variants vs DENSE on 2c/c) and
     ``<name>.png``. Returns the table (None when the file does not exist: then it names the

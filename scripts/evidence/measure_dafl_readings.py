@@ -8,8 +8,8 @@ a run trained them before (the shipped grid ``results/grids/dense_table1_fmnist.
 logit ensemble, the last and best epoch, the curve every 10 epochs, the seconds. One torch
 thread; the server checkpoints every 5 epochs, so a re-run resumes.
 
-    python scripts/measure_dafl_readings.py --alphas 0.5 --kd-data pool     # paper scale
-    python scripts/measure_dafl_readings.py --dataset fmnist_embedded --local-epochs 10 \\
+    python scripts/evidence/measure_dafl_readings.py --alphas 0.5 --kd-data pool     # paper scale
+    python scripts/evidence/measure_dafl_readings.py --dataset fmnist_embedded --local-epochs 10 \\
         --server-epochs 15 --steps-per-epoch 10 --batch-size 32 --seeds 1 2 3  # quick scale
 """
 

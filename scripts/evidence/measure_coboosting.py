@@ -4,9 +4,10 @@ Embedded FMNIST, DENSE's Dirichlet α = 0.1, m = 5, cnn_mnist clients with 10 lo
 the server sizes of ``notebooks/main_tables.py``'s parameters cell (15 epochs × 10 steps,
 batch 32, paper generator ngf = 64), seeds 1–3, one thread; the paper preset of both methods
 (and, with ``--presets paper authors_code``, the code presets too). Prints one line per run
-and the mean last/best accuracy per method (docs/decisions.md, Co-Boosting section).
+and the mean last/best accuracy per method (docs/decisions/coboosting.md#coboosting-beside-dense).
 
-    OMP_NUM_THREADS=1 python scripts/measure_coboosting.py [--seeds 1 2 3] [--presets paper]
+    OMP_NUM_THREADS=1 python scripts/evidence/measure_coboosting.py [--seeds 1 2 3] \\
+        [--presets paper]
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Coupled check of DENSE's server loop (issue 19): DENSE's public code and ofl's
+"""Coupled check of DENSE's server loop: DENSE's public code and ofl's
 ``authors_code`` DENSE fed the SAME random draws -- the student's initial weights, and per epoch
 z, the labels and the generator's re-initialisation -- with augmentation off on both sides and
 a KD batch that holds the whole pool (so the shuffle order cannot matter). If the two loops are
@@ -6,10 +6,12 @@ the same function, the pools and the students agree up to float rounding; ``--f6
 in float64 so that rounding cannot hide a difference (float32 rounding alone is amplified by
 Adam's first steps into visible differences within a few generator steps).
 
-Needs a local copy of zj-jayzhang/DENSE prepared as in docs/decisions.md ("DENSE against its
-public code": ``code/``, ``stubs/``, ``teachers/fmnist_b<beta>.pkl``); never commit that copy.
+Needs a local copy of zj-jayzhang/DENSE prepared as in
+docs/decisions/authors-code.md#dense-public-code (``code/``, ``stubs/``,
+``teachers/fmnist_b<beta>.pkl``); never commit that copy. Results:
+docs/decisions/authors-code.md#dense-coupled-check.
 
-usage: PYTHONPATH=. python scripts/dense_public_coupled.py --public-dir D --epochs 3 --f64
+usage: PYTHONPATH=. python scripts/evidence/dense_public_coupled.py --public-dir D --epochs 3 --f64
        [--fast]  (ofl's fast kernels instead of the stock arithmetic)
 """
 

@@ -1,9 +1,9 @@
-"""DENSE's server loop against its public code on identical teachers (issue 19, defect 3).
+"""DENSE's server loop against its public code on identical teachers.
 
 Both servers distil the same m = 5 cnn_mnist teachers — trained by DENSE's public code
 (``loop_df_fl.py --type=pretrain``, which saves the clients' state dicts as one list) on its
 FashionMNIST Dirichlet partition — under one budget, and their per-epoch test curves are compared
-(docs/decisions.md, "DENSE against its public code on identical teachers"). Subcommands:
+(docs/decisions/authors-code.md#dense-public-code). Subcommands:
 
 ``teachers``
     map the public state dicts onto ofl's ``cnn_mnist`` (:data:`KEY_MAP`), check the mapping
@@ -28,10 +28,12 @@ committed): ``code/`` (the code, with the stand-ins it needs on a CPU) and ``run
 launcher: ``run_public.py --workdir DIR --threads N -- <loop_df_fl.py arguments>``, with
 ``loop_df_fl.py`` extended by ``--teachers``, ``--acc_json`` and ``--server_seed``).
 
-    python scripts/compare_dense_public.py teachers --beta 0.1 --teachers T.pkl --public-dir D
-    python scripts/compare_dense_public.py run --beta 0.1 --teachers T.pkl --public-dir D \\
-        --sides public ofl --seeds 1 2 3 [--epochs 30 --batch-size 128 --g-steps 30]
-    python scripts/compare_dense_public.py table [--out results/dense_public]
+    python scripts/evidence/compare_dense_public.py teachers --beta 0.1 --teachers T.pkl \\
+        --public-dir D
+    python scripts/evidence/compare_dense_public.py run --beta 0.1 --teachers T.pkl \\
+        --public-dir D --sides public ofl --seeds 1 2 3 [--epochs 30 --batch-size 128 \\
+        --g-steps 30]
+    python scripts/evidence/compare_dense_public.py table [--out results/dense_public]
 
 Run it from the checkout with ``PYTHONPATH=.``, so that this checkout's ``ofl_core`` is the one
 imported (rows record its commit and path).
@@ -424,7 +426,7 @@ def cmd_table(args: argparse.Namespace) -> None:
 
 def agreement(rows: list[dict[str, Any]], every: int, tolerance: float) -> list[str]:
     """Per side: whether its mean curve is within ``tolerance`` points of the public code's at
-    every ``every``-th epoch (issue 19's criterion: 1.5), with the largest gap."""
+    every ``every``-th epoch (the comparison's agreement criterion: 1.5), with the largest gap."""
     out = []
     epochs = max(len(r["curve"]) for r in rows)
     for side in sorted({r["side"] for r in rows} - {"public"}):

@@ -1,4 +1,4 @@
-"""FedHydra's teacher × distillation-regime table (issue 20), on the same clients as DENSE.
+"""FedHydra's teacher × distillation-regime table, on the same clients as DENSE.
 
 For 2c/c and Dirichlet α = 0.1 (FedHydra Tables 2 and 1 at quick scale: embedded FMNIST,
 m = 5, cnn_mnist clients with 10 local epochs, the quick server sizes of
@@ -19,23 +19,24 @@ Teacher panel (per setting and seed, no distillation; the test set's real images
   generator trained on CE(T(x̂, y), y) satisfies with almost any image.
 The oracle (true class owners from the label counts) is a diagnostic, never a method.
 
-``--scale paper`` runs the larger-scale check that issue 20 asks for before concluding on
-Table 2: full FashionMNIST (60k / 10k) 2c/c, m = 5 cnn_mnist clients with the paper's E = 200
-local epochs, T_G = 30 generator steps of b = 128, the 30 × 128 stratification probe, ngf 64,
-and T_g = 10 server epochs instead of the paper's 200 (a 2-core CPU budget; the results file
-records what was reduced), seed 1, the rows of ``PAPER_SCALE_ROWS`` (DENSE, the paper preset,
-``sa_no_uc / pool`` in FedHydra's and DENSE's loops), to
-``results/fedhydra_teacher_regime_fmnist_full.json``.
+``--scale paper`` runs the larger-scale check needed before concluding on Table 2
+(docs/decisions/fedhydra.md#fedhydra-t2-paper-scale): full FashionMNIST (60k / 10k) 2c/c, m = 5
+cnn_mnist clients with the paper's E = 200 local epochs, T_G = 30 generator steps of b = 128,
+the 30 × 128 stratification probe, ngf 64, and T_g = 10 server epochs instead of the paper's 200
+(a 2-core CPU budget; the results file records what was reduced), seed 1, the rows of
+``PAPER_SCALE_ROWS`` (DENSE, the paper preset, ``sa_no_uc / pool`` in FedHydra's and DENSE's
+loops), to ``results/fedhydra_teacher_regime_fmnist_full.json``.
 
 Resumable: the JSON file is rewritten after every run and rows already in it are skipped
 (clients come from the upload cache once trained). One thread (``torch.set_num_threads(1)``,
 one client-training worker).
 
-    nohup python scripts/fedhydra_teacher_regime.py > /tmp/hydra_table.log 2>&1 &
-    python scripts/fedhydra_teacher_regime.py --table          # print the tables only
-    python scripts/fedhydra_teacher_regime.py --epochs 20 --settings 2c/c \
+    nohup python scripts/evidence/fedhydra_teacher_regime.py > /tmp/hydra_table.log 2>&1 &
+    python scripts/evidence/fedhydra_teacher_regime.py --table          # print the tables only
+    python scripts/evidence/fedhydra_teacher_regime.py --epochs 20 --settings 2c/c \\
         --out results/fedhydra_teacher_regime_e20.json --only 'dense: mean_logits / pool;...'
-    nohup python scripts/fedhydra_teacher_regime.py --scale paper > /tmp/hydra_full.log 2>&1 &
+    nohup python scripts/evidence/fedhydra_teacher_regime.py --scale paper \\
+        > /tmp/hydra_full.log 2>&1 &
 """
 
 import argparse

@@ -2,12 +2,12 @@
 
 For each seed: the clients' test accuracies, D's accuracy (DENSE Eq. 1), the mean of the
 clients' softmax probabilities (FedOneShot's combiner) and FedAvg's parameter average, n_k-
-weighted (DENSE Eq. 2) and unweighted (DENSE's code) — docs/decisions.md, "Why DENSE cannot
-beat the best single client" and "Why FedAvg at α = 0.5 ends below the paper". Clients are
+weighted (DENSE Eq. 2) and unweighted (DENSE's code) — docs/decisions/dense.md#dense-best-client
+and docs/decisions/paper-gaps.md#dense-t1-a05-clients. Clients are
 trained (or loaded from the cache) exactly as the notebooks do, one thread; ``--amp off``
 trains them in float32 (the default "auto" is bfloat16 autocast where the CPU has it).
 
-    python scripts/measure_teacher_quality.py [--dataset fmnist_embedded|fmnist]
+    python scripts/evidence/measure_teacher_quality.py [--dataset fmnist_embedded|fmnist]
         [--alpha 0.1] [--epochs 10] [--seeds 1,2,3] [--amp auto|off]
         [--bn-eval-after-first-epoch] [--weight-decay 0]
 """

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """float32 vs bfloat16 autocast at the main_tables quick setting, same partitions and seeds.
 
-    OMP_NUM_THREADS=1 python scripts/measure_precision.py --seeds 1 2 3 --out precision.json
+    OMP_NUM_THREADS=1 python scripts/evidence/measure_precision.py --seeds 1 2 3 \\
+        --out precision.json
 
 Per seed: the clients are trained twice (LocalTrainConfig.amp False / True) and every method
 runs on each set with its own ``amp`` False / True; the test accuracies (last and best epoch,

@@ -11,9 +11,9 @@ from the client cache). Prints one JSON line per α: FedAvg (weighted / unweight
 clients' logit ensemble, DENSE's last and best epoch, its curve every 10 epochs, the seconds.
 One torch thread; the server checkpoints every 5 epochs, so a re-run resumes.
 
-    python scripts/measure_dense_on_code_clients.py --alphas 0.5            # paper scale
-    python scripts/measure_dense_on_code_clients.py --dataset fmnist_embedded --local-epochs 2 \\
-        --server-epochs 2 --steps-per-epoch 2                              # a smoke run
+    python scripts/evidence/measure_dense_on_code_clients.py --alphas 0.5            # paper scale
+    python scripts/evidence/measure_dense_on_code_clients.py --dataset fmnist_embedded \\
+        --local-epochs 2 --server-epochs 2 --steps-per-epoch 2            # a smoke run
 """
 
 from __future__ import annotations

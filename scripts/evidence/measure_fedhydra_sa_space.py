@@ -1,14 +1,15 @@
 """FedHydra with the SA weights on logits (Eq. 8, default) vs on probabilities
-(``teacher="sa_probs"``; this was the field ``sa_space`` before issue 20).
+(``teacher="sa_probs"``; this was the field ``sa_space`` before the teacher became one
+pluggable field).
 
 Embedded FMNIST, 2 classes per client, m = 5, the two_classes_per_client notebook's quick
 server settings, seeds 1–3, one thread; DENSE on the same clients for reference
-(docs/decisions.md, FedHydra section).
+(docs/decisions/fedhydra.md#fedhydra-distillation).
 
-    python scripts/measure_fedhydra_sa_space.py [SERVER_EPOCHS]   # default 5
+    python scripts/evidence/measure_fedhydra_sa_space.py [SERVER_EPOCHS]   # default 5
 """
 
-import sys
+import argparse
 
 import torch
 
@@ -18,7 +19,10 @@ from ofl_core.experiment import ExperimentConfig, configure_methods, run_methods
 
 def main() -> None:
     torch.set_num_threads(1)
-    epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("server_epochs", nargs="?", type=int, default=5,
+                    help="server epochs of every run (default 5)")
+    epochs = ap.parse_args().server_epochs
     server = {"epochs": epochs, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,
               "strat_steps": 3, "strat_batch_size": 8, "ngf": 32}
     for seed in (1, 2, 3):

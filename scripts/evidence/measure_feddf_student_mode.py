@@ -6,9 +6,9 @@ Dirichlet α, seed 1). The clients come from the client cache when a run trained
 the last and best epoch. ``--proxy`` swaps the noise for a dataset's training images. One
 torch thread.
 
-    python scripts/measure_feddf_student_mode.py --dataset fmnist --alphas 0.1 0.5 \\
+    python scripts/evidence/measure_feddf_student_mode.py --dataset fmnist --alphas 0.1 0.5 \\
         --local-epochs 200 [--modes train eval] [--seeds 1]      # paper scale
-    python scripts/measure_feddf_student_mode.py --seeds 1 2 3 --server-epochs 15 \\
+    python scripts/evidence/measure_feddf_student_mode.py --seeds 1 2 3 --server-epochs 15 \\
         --steps-per-epoch 10 --batch-size 32                     # quick scale (embedded FMNIST)
 """
 
