@@ -256,3 +256,21 @@ def test_a_gap_anchor_is_checked_against_the_given_docs(tmp_path):
     with pytest.raises(ValueError, match="t.md has the anchors here"):
         load_gaps(f, docs=docs)
     assert load_gaps(f, docs=None)[0].see == ("t.md#quoted",)  # docs=None: not checked
+
+
+def test_a_seed_in_two_runs_counts_once():
+    """The same cell, preset, scale and seed in two runs (a grid's task overlap, a record made
+    again) is one measurement: n counts seeds, and the mean and std are over distinct seeds."""
+    import pandas as pd
+
+    from ofl_core.batch.scoreboard import entries, split
+
+    rows = []
+    for run_id, seed, last in (("a", 1, 40.0), ("a", 2, 44.0), ("b", 1, 40.0), ("b", 3, 48.0)):
+        rows.append({**_rec("fedavg", last, seed), "run_id": run_id, "notebook": "main_tables",
+                     "href": f"{run_id}.html", "paper_scale": True, "scale_reason": "",
+                     "scale": "paper", "precision": "", "akey": "0.1"})
+    matched, _ = split(pd.DataFrame(rows))
+    (e,) = entries(matched)["entry"]
+    assert e.n_seeds == 3 and e.last == pytest.approx(44.0)
+    assert e.std == pytest.approx(4.0)  # 40, 44, 48: the seed-1 record of run b not again

@@ -141,6 +141,9 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
         return pd.DataFrame(columns=[*cols, "entry"])
     out = []
     matched = matched.assign(precision=matched["precision"].astype(object).fillna(""))
+    # one seed counts once: the same cell, preset and seed in two runs (a run in two tasks of a
+    # grid, a shipped record made again) is one measurement; the first run listed wins
+    matched = matched.drop_duplicates(subset=[*cols, "seed"], keep="first")
     for key, g in matched.groupby(cols, dropna=False, sort=False):
         last = g["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
