@@ -351,7 +351,8 @@ WORKER = textwrap.dedent("""
     from ofl_core.data.datasets import ImageDataset
     from ofl_core.data.partition import make_partition
     from ofl_core.evaluate import accuracy
-    from ofl_core.methods import ServerContext, method_config, run_method
+    from ofl_core.registry import method_config, run_method
+    from ofl_core.server import ServerContext
 
     out, cache = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
     g = torch.Generator().manual_seed(0)

@@ -52,6 +52,7 @@ def test_clients_of_round_two_start_from_the_global_model(tiny_dataset, part):
 
 def test_fedhydra_warm_start_uses_the_previous_global_model(tiny_dataset, part, monkeypatch):
     import ofl_core.fedhydra.server as fh
+    import ofl_core.multi_round as mr
 
     states = []
     real = fh.run_fedhydra
@@ -60,7 +61,7 @@ def test_fedhydra_warm_start_uses_the_previous_global_model(tiny_dataset, part, 
         states.append(student_state)
         return real(uploads, cfg, ctx, student_state=student_state)
 
-    monkeypatch.setattr(fh, "run_fedhydra", spy)
+    monkeypatch.setattr(mr, "run_fedhydra", spy)  # the name multi_round calls
     cfg = method_config("fedhydra", **HYDRA_TINY)
     res = run_rounds(tiny_dataset, part, LOCAL, server_for("fedhydra", cfg), rounds=2, seed=0,
                      workers=1, progress=False, method="fedhydra")
