@@ -48,9 +48,9 @@ def predict_logits(
             xb = xb.contiguous(memory_format=torch.channels_last)
         out = (torch.func.functional_call(model, weights, (xb,), strict=False) if weights
                else model(xb))
-        outs.append(out.float().cpu())
+        outs.append(out.float())  # on the device: one copy back at the end, not one per batch
     model.train(was_training)
-    return torch.cat(outs)
+    return torch.cat(outs).cpu()
 
 
 def accuracy(
