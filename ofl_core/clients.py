@@ -20,6 +20,7 @@ from torch import nn
 from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
+from .devices import to_device
 from .models import MODEL_NAMES, build_model
 from .models.cvae import CVAE_VARIANTS, build_decoder
 from .precision import resolve_amp
@@ -265,7 +266,7 @@ def ldam_loss(
     (measured; docs/decisions/clients.md). Classes absent from the client get the largest margin
     (they never occur as targets, so the choice only avoids an infinite margin).
     """
-    n = class_counts.to(logits.device, torch.float32).clamp(min=1)
+    n = to_device(class_counts, logits.device).float().clamp(min=1)
     margins = n.pow(-0.25)
     margins = margins * (max_margin / margins.max())
     adjusted = logits - F.one_hot(y, logits.shape[1]) * (scale * margins)[None, :]
@@ -318,7 +319,7 @@ def train_local(
         opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     xd, yd = x.to(dev), y.to(dev)
-    counts = torch.bincount(y, minlength=num_classes)
+    counts = torch.bincount(y, minlength=num_classes).to(dev)  # once, not per LDAM step
     n = len(yd)
     steps = math.ceil(n / cfg.batch_size)
     for epoch in progress_bar(range(cfg.epochs), desc=desc, leave=False, show=progress):

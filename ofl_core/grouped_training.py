@@ -32,6 +32,7 @@ from torch import nn
 
 from .augment import random_crop_flip
 from .clients import LocalTrainConfig, init_model, ldam_loss
+from .devices import to_device
 from .models.cnn import CNNCifar, CNNMnist
 from .precision import resolve_amp
 from .seeds import init_seed
@@ -61,7 +62,7 @@ class GroupedBatchNorm(nn.BatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not any(self.frozen):
             return super().forward(x)
-        mask = torch.tensor(self.frozen).repeat_interleave(self.c).to(x.device)
+        mask = to_device(torch.tensor(self.frozen).repeat_interleave(self.c), x.device)
         mean, var = self.running_mean.clone(), self.running_var.clone()
         new_mean, new_var = mean.clone(), var.clone()  # updated by the training-mode pass
         live = F.batch_norm(x, new_mean, new_var, self.weight, self.bias, True,
@@ -232,7 +233,7 @@ def _step(g: GroupedCNN, opt: torch.optim.SGD, batches: list[torch.Tensor | None
         x = x.contiguous(memory_format=torch.channels_last)
     dev = next(g.parameters()).device
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-        logits = g(x.to(dev))
+        logits = g(to_device(x, dev))
     logits = logits.float()
     loss = sum(loss_fn(j, logits[j], labels[j]) for j in range(len(batches))
                if batches[j] is not None)
@@ -262,7 +263,7 @@ def train_grouped(
     names = _plain_names(template)
     shape = tuple(x0.shape[1:])
     clients = [_Client(x, y, torch.Generator().manual_seed(seed),
-                       torch.bincount(y, minlength=num_classes),
+                       to_device(torch.bincount(y, minlength=num_classes), dev),
                        {k: v.clone() for k, v in template.state_dict().items()})
                for x, y, seed in data]
     steps = [math.ceil(len(c.y) / cfg.batch_size) for c in clients]
@@ -272,7 +273,7 @@ def train_grouped(
     def loss_of(active: list[int]) -> Callable:
         def loss_fn(j: int, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             if cfg.loss == "ldam":
-                return ldam_loss(logits, y, clients[active[j]].counts.to(dev),
+                return ldam_loss(logits, y, clients[active[j]].counts,
                                  cfg.ldam_max_margin, cfg.ldam_scale)
             return F.cross_entropy(logits, y)
         return loss_fn
@@ -310,7 +311,7 @@ def _tick(g: GroupedCNN, opt: torch.optim.SGD, active: list[int], clients: list[
         xb = c.x[idx].float().div_(255.0)
         if cfg.augment != "none":
             xb = random_crop_flip(xb, crop=cfg.augment == "crop_flip", generator=c.gen)
-        batches.append((xb, c.y[idx].to(dev)))
+        batches.append((xb, to_device(c.y[idx], dev)))
         c.bn_steps += 0 if frozen else 1
     for size in sorted({len(b[1]) for b in batches}, reverse=True):
         pick = [j for j, b in enumerate(batches) if len(b[1]) == size]

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 
-#: the tensor methods that return a host value (``to`` is counted only towards the CPU)
+#: the tensor methods that return a host value (``to`` is counted towards the CPU as ``to``,
+#: and a blocking copy of a host tensor to a device as ``to_device``: from pageable memory, a
+#: ``.to("cuda")`` without ``non_blocking=True`` waits for the device's queued work too)
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "to")
 #: the library's folder: only its calls are counted (PyTorch's own, e.g. the optimisers'
 #: host-side step counters, are PyTorch's business; on CUDA the sync debug mode sees them)
@@ -38,6 +40,14 @@ def _to_cpu(args: tuple, kwargs: dict) -> bool:
         dev = dev.device
     return dev is not None and not isinstance(dev, torch.dtype) and \
         torch.device(dev).type == "cpu"
+
+
+def _blocking_to_device(args: tuple, kwargs: dict) -> bool:
+    """``t.to(device)`` (a device given, not only a dtype) without ``non_blocking=True``."""
+    dev = kwargs.get("device", args[0] if args else None)
+    non_blocking = kwargs.get("non_blocking", len(args) > 1 and args[1] is True
+                              and not isinstance(args[0], torch.dtype))
+    return isinstance(dev, str | torch.device) and not non_blocking
 
 
 @contextmanager
@@ -58,8 +68,11 @@ def count_host_syncs(all_devices: bool = True) -> Iterator[Counter]:
             if not caller.co_filename.startswith(LIBRARY) or (all_devices and (
                     caller.co_filename[len(LIBRARY) + 1:], caller.co_name) in HOST_TENSORS):
                 return fn(self, *args, **kwargs)
-            if name == "to" and (self.device.type == "cpu" or not _to_cpu(args, kwargs)):
-                return fn(self, *args, **kwargs)  # a copy to the device, or none
+            if name == "to":
+                if self.device.type == "cpu" and _blocking_to_device(args, kwargs):
+                    counts["to_device"] += 1  # on CUDA: a copy that waits for the stream
+                if self.device.type == "cpu" or not _to_cpu(args, kwargs):
+                    return fn(self, *args, **kwargs)
             if all_devices or self.device.type != "cpu":
                 counts[name] += 1
             return fn(self, *args, **kwargs)

@@ -41,9 +41,15 @@ def images(n: int, size: int = 28, classes: int = 4) -> tuple[torch.Tensor, torc
             torch.arange(n) % classes)
 
 
-def local_run(device: str = "cpu", amp: bool = False) -> callable:
-    """``run(s)``: one client, one epoch of ``s`` batches."""
-    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=BS, amp=amp)
+#: local training settings whose loops differ: plain, and LDAM with DENSE's code's BN-eval
+#: after the first epoch (two epochs)
+LOCAL = {"ce": dict(epochs=1), "ldam-bn-eval": dict(epochs=2, loss="ldam",
+                                                    bn_eval_after_first_epoch=True)}
+
+
+def local_run(device: str = "cpu", amp: bool = False, kind: str = "ce") -> callable:
+    """``run(s)``: one client, epochs of ``s`` batches."""
+    cfg = LocalTrainConfig(arch="cnn_mnist", batch_size=BS, amp=amp, **LOCAL[kind])
 
     def run(s: int) -> None:
         x, y = images(s * BS)
@@ -51,9 +57,9 @@ def local_run(device: str = "cpu", amp: bool = False) -> callable:
     return run
 
 
-def grouped_run(device: str = "cpu") -> callable:
-    """``run(s)``: two clients trained as one grouped network, one epoch of ``s`` batches."""
-    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=BS, amp=False)
+def grouped_run(device: str = "cpu", kind: str = "ce") -> callable:
+    """``run(s)``: two clients trained as one grouped network, epochs of ``s`` batches."""
+    cfg = LocalTrainConfig(arch="cnn_mnist", batch_size=BS, amp=False, **LOCAL[kind])
 
     def run(s: int) -> None:
         data = [(*images(s * BS + k), k) for k in range(2)]
@@ -79,9 +85,15 @@ def server_run(name: str, uploads: list, ctx) -> callable:
     return run
 
 
-@pytest.mark.parametrize("loop", ["local", "grouped", "cvae"])
+CLIENT_LOOPS = {"local": local_run, "local-ldam-bn-eval": lambda: local_run(kind="ldam-bn-eval"),
+                "grouped": grouped_run,
+                "grouped-ldam-bn-eval": lambda: grouped_run(kind="ldam-bn-eval"),
+                "cvae": cvae_run}
+
+
+@pytest.mark.parametrize("loop", list(CLIENT_LOOPS))
 def test_client_training_makes_no_host_sync_per_step(loop: str) -> None:
-    run = {"local": local_run, "grouped": grouped_run, "cvae": cvae_run}[loop]()
+    run = CLIENT_LOOPS[loop]()
     two, four = per_step_syncs(run)
     assert two == four, f"{loop}: host syncs grow with the steps: {dict(two)} → {dict(four)}"
 
@@ -105,6 +117,7 @@ def test_the_counter_sees_each_kind_of_sync(monkeypatch) -> None:
     with count_host_syncs() as counts:
         scope["calls"](t)
         t.sum().item()  # not the library's
+    # t.to("cpu") of a CPU tensor counts as the copy to a device it stands for on CUDA
     assert counts == {"item": 1, "tolist": 1, "cpu": 1, "__bool__": 1, "__float__": 1,
-                      "__int__": 1}
+                      "__int__": 1, "to_device": 1}
     assert torch.Tensor.item is not None and torch.ones(1).item() == 1.0  # restored

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..combine import Ensemble
+from ..devices import to_device
 
 SA_SPACES = ("logits", "probs")  # what the SA weights multiply: Eq. 8 logits, or softmax
 
@@ -65,15 +66,15 @@ def sa_logits(
     if space == "probs":
         out = sa_logits(client_logits.float().softmax(-1), y, U_r, U_c, False, "logits")
         return out.clamp_min(1e-30).log()
-    wr = U_r.to(device=client_logits.device, dtype=client_logits.dtype)
-    wc = U_c.to(device=client_logits.device, dtype=client_logits.dtype)
+    wr = to_device(U_r, client_logits.device).to(client_logits.dtype)
+    wc = to_device(U_c, client_logits.device).to(client_logits.dtype)
     if y is None:
         out = torch.einsum("kbc,ck->bc", client_logits, wr * wc)
     else:
         if y.shape != client_logits.shape[1:2]:
             raise ValueError(f"y must have shape ({client_logits.shape[1]},) (got "
                              f"{tuple(y.shape)})")
-        v = wr[y.to(client_logits.device)]  # (B, m), Eq. 10
+        v = wr[to_device(y, client_logits.device)]  # (B, m), Eq. 10
         out = torch.einsum("kbc,ck,bk->bc", client_logits, wc, v)
     return out * c if rescale else out
 

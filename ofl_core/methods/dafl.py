@@ -22,6 +22,7 @@ import torch
 
 from ..checkpoint import Attrs
 from ..clients import ClientUpload
+from ..devices import to_device
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import as_floats, distil_pool, open_run
@@ -103,7 +104,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
         ep_g, ep_kd = [], []
         best_x, best_loss = None, torch.full((), float("inf"), device=dev)
         for _ in range(cfg.steps_per_epoch):
-            z = torch.randn(cfg.batch_size, cfg.nz, generator=rng).to(dev)
+            z = to_device(torch.randn(cfg.batch_size, cfg.nz, generator=rng), dev)
             with amp:
                 x = generator_forward(gen, z, cfg.fast_generator)
                 xi = run_.to_input(x)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ..checkpoint import Items
 from ..clients import ClientUpload
 from ..data.datasets import DatasetNotFoundError, load_dataset
+from ..devices import to_device
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult, average_states
@@ -94,10 +95,10 @@ def proxy_batch(run_: DistillRun, proxy: torch.Tensor | None, cfg: FedDFConfig,
     replacement; in the teachers' memory format."""
     if proxy is None:
         shape = (cfg.batch_size, ctx.in_channels, ctx.image_size, ctx.image_size)
-        xb = torch.rand(shape, generator=run_.rng).to(run_.device)
+        xb = to_device(torch.rand(shape, generator=run_.rng), run_.device)
     else:
         idx = torch.randint(0, len(proxy), (cfg.batch_size,), generator=run_.rng)
-        xb = proxy[idx].to(run_.device).float().div_(255.0)
+        xb = to_device(proxy[idx], run_.device).float().div_(255.0)
     return run_.to_input(xb)
 
 

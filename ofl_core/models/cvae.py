@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..devices import to_device
+
 CVAE_VARIANTS: tuple[str, ...] = ("cvae", "cvae_small")
 """Names of the CVAE architectures (the ``arch`` of a decoder upload)."""
 
@@ -145,7 +147,7 @@ def reparameterize(mu: torch.Tensor, logvar: torch.Tensor,
     """z = μ + σ·ε, ε ~ N(0, I) (Kingma & Welling 2014), drawn from ``generator``."""
     eps = torch.randn(mu.shape, generator=generator,
                       device=generator.device if generator is not None else mu.device)
-    return mu + torch.exp(0.5 * logvar) * eps.to(mu.device, mu.dtype)
+    return mu + torch.exp(0.5 * logvar) * to_device(eps, mu.device).to(mu.dtype)
 
 
 def kl_divergence(mu: torch.Tensor, logvar: torch.Tensor,
