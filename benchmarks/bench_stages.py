@@ -31,7 +31,9 @@ gives the float32-vs-bfloat16 accuracy check on the same clients; for ``fedcvae`
 staying that of seed 1693, so that ``for s in 1693 1588 7089`` gives the paper's three model
 seeds.) Options: ``--precision`` (``default``: the library's defaults, i.e. bfloat16 where the
 CPU has it natively for local training and DENSE's server, float32 for the CVAE clients;
-``fp32`` or ``bf16``), ``--trainer`` (grouped or sequential client training).
+``fp32`` or ``bf16``), ``--trainer`` (grouped or sequential client training), ``--tiny``
+(each stage at toy size — 5 % of the data, one epoch, a few server steps — to check the
+code path, e.g. scripts/gpu_check.sh ``--tiny``; its times compare with nothing).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from ofl_core.precision import resolve_amp
 from ofl_core.registry import run_method
 
 AUTHORS = {"local": 418.0, "dense": 685.0, "fedcvae": 374.0}
+#: ``--tiny``: the stages at toy size (set by main)
+TINY = False
 
 
 def local_amp(precision: str) -> bool | str:
@@ -68,11 +72,11 @@ def server_amp(precision: str) -> dict[str, bool]:
 
 
 def dense_experiment(cache_dir: str, precision: str, device: str) -> ExperimentConfig:
-    local = LocalTrainConfig.for_preset("authors_code", epochs=20, batch_size=128,
-                                        amp=local_amp(precision))
+    local = LocalTrainConfig.for_preset("authors_code", epochs=1 if TINY else 20,
+                                        batch_size=128, amp=local_amp(precision))
     return ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=0.1, num_clients=5,
                             seed=1, local=local, cache_dir=cache_dir, experiment="bench",
-                            device=device)
+                            device=device, subset=0.05 if TINY else 1.0)
 
 
 def stage_local(cache_dir: str, precision: str, trainer: str, seed: int,
@@ -84,7 +88,7 @@ def stage_local(cache_dir: str, precision: str, trainer: str, seed: int,
     exp = dense_experiment(cache_dir, precision, device)
     ds = load_experiment_data(exp)
     part = make_partition(ds.y_train.numpy(), exp.num_clients, exp.partition, alpha=exp.alpha,
-                          seed=exp.seed)
+                          seed=exp.seed, subset=exp.subset)
     t0 = time.perf_counter()
     ups = train_clients(ds, part, exp.local, exp.seed, cache=None, workers=1, progress=False,
                         trainer=trainer, device=device)
@@ -99,8 +103,9 @@ def stage_dense(cache_dir: str, precision: str, trainer: str, seed: int,
     exp = dense_experiment(cache_dir, "default", device)
     setup = setup_experiment(exp)  # clients trained (untimed) or loaded from the cache
     # the authors' 685 s used batch 128 for the synthetic and the KD batches
-    cfg = method_config("dense", "authors_code", epochs=30, steps_per_epoch=30, batch_size=128,
-                        kd_batch_size=128, **server_amp(precision))
+    cfg = method_config("dense", "authors_code", epochs=2 if TINY else 30,
+                        steps_per_epoch=2 if TINY else 30, batch_size=128, kd_batch_size=128,
+                        **server_amp(precision))
     with tempfile.TemporaryDirectory() as servers:
         # checkpoints are written as in a real run, but to a fresh folder: never resumed
         ctx = replace(setup.context(seed=seed), cache_dir=servers)
@@ -117,14 +122,21 @@ def stage_fedcvae(cache_dir: str, precision: str, trainer: str, seed: int,
     from ofl_core.tables import Serves, run_tables
 
     # partition seed 1693 as in the paper's Table 1 runs; ``seed`` = the model seed
+    data = fedcvae_data_settings("fmnist")
+    if TINY:
+        data["subset"] = 0.05
     exp = ExperimentConfig(dataset="fmnist", partition="dirichlet_fedcvae", alpha=0.01,
                            num_clients=10, seed=seed, cache_dir=cache_dir, experiment="bench",
-                           device=device, **fedcvae_data_settings("fmnist"))
+                           device=device, **data)
     cvae = {} if precision == "default" else {"amp": precision == "bf16"}
+    server = {"dataset": "fmnist"}
+    if TINY:
+        cvae["epochs"] = 1
+        server.update(num_samples=500, classifier_epochs=1)
     t0 = time.perf_counter()
-    tables = run_tables(fedcvae_runs(exp, configure_methods(["fedcvae-ens"], common={
-        "dataset": "fmnist"}), [Serves("fedcvae", "T1")], cvae=cvae, partition_seed=1693),
-        verbose=False)
+    tables = run_tables(fedcvae_runs(exp, configure_methods(["fedcvae-ens"], common=server),
+                                     [Serves("fedcvae", "T1")], cvae=cvae, partition_seed=1693),
+                        verbose=False)
     secs = time.perf_counter() - t0
     rec = tables.records[0]
     return secs, f"model seed {seed}: last {rec.last_acc:.2f} best {rec.best_acc:.2f}"
@@ -161,13 +173,20 @@ def main() -> None:
                     help="server seed of the dense stage (default 1; its clients stay those of "
                     "seed 1), model seed of the fedcvae stage (default 1693, the partition's)")
     ap.add_argument("--cache-dir", default=None, help="client cache (default: a fresh one)")
+    ap.add_argument("--tiny", action="store_true", help="toy size: checks the code path only")
     args = ap.parse_args()
+    global TINY
+    TINY = args.tiny
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         seed = args.seed if args.seed is not None else (1693 if args.stage == "fedcvae" else 1)
         secs, note = STAGES[args.stage](args.cache_dir or tmp, args.precision, args.trainer,
                                         seed, args.device)
     peer = AUTHORS[args.stage]
+    if TINY:
+        print(f"{args.stage} (tiny): {secs:.1f} s on {args.device}, trainer {args.trainer}, "
+              f"precision {args.precision} ({resolved_precision(args)}); {note}")
+        return
     print(f"{args.stage}: {secs:.1f} s on {args.device} at {args.threads} thread(s)"
           f", precision {args.precision} ({resolved_precision(args)}); authors' code "
           f"{peer:.0f} s → {peer / secs:.2f}× ({note})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -74,6 +75,28 @@ def test_gz_files_in_a_system_folder_are_unpacked_into_torchvision_layout(tmp_pa
     assert ds.y_train.tolist() == [i % 10 for i in range(20)]
     assert (root / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").is_file()
     assert not list((root / "FashionMNIST" / "raw").glob("*.tmp*"))
+
+
+def test_without_torchvision_the_idx_files_are_read_directly(tmp_path, monkeypatch):
+    """A Python with torch alone (a GPU image) reads the MNIST-format files itself: the same
+    tensors as through torchvision."""
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for stem, blob in [("train-images-idx3-ubyte", _idx_images(20)),
+                       ("train-labels-idx1-ubyte", _idx_labels(20)),
+                       ("t10k-images-idx3-ubyte", _idx_images(10)),
+                       ("t10k-labels-idx1-ubyte", _idx_labels(10))]:
+        (raw / stem).write_bytes(blob)
+    monkeypatch.setattr(D, "SYSTEM_DIRS", {"fmnist": (), "mnist": ()})
+    ref = D.load_dataset("fmnist", tmp_path)
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision fails
+    got = D.load_dataset("fmnist", tmp_path)
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        a, b = getattr(got, name), getattr(ref, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert got.classes == ref.classes and got.num_classes == 10
+    with pytest.raises(D.DatasetNotFoundError, match="torchvision"):
+        D.load_dataset("mnist", tmp_path)
 
 
 def test_data_root_comes_from_environment(tmp_path, monkeypatch):

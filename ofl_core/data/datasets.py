@@ -26,7 +26,7 @@ import platformdirs
 import torch
 import torch.nn.functional as F
 
-from .idx import DatasetFileError, check_idx_file, unpack_idx
+from .idx import DatasetFileError, check_idx_file, read_uint8_idx, unpack_idx
 
 FMNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -230,7 +230,17 @@ def discover_mnist_files(name: str, root: Path) -> Path | None:
 
 
 def _load_mnist_like(name: str, root: Path, download: bool) -> ImageDataset:
-    from torchvision import datasets as tvd
+    try:
+        from torchvision import datasets as tvd
+    except ImportError:  # a bare torch (a GPU image): read the idx files, as torchvision does
+        raw = discover_mnist_files(name, root)
+        if raw is None:
+            raise _missing(name, root, "torchvision, which downloads, is not installed") from None
+        x_train, y_train, x_test, y_test = (read_uint8_idx(raw / f) for f in MNIST_FILES)
+        return ImageDataset(name=name, x_train=x_train.unsqueeze(1).contiguous(),
+                            y_train=y_train.long(), x_test=x_test.unsqueeze(1).contiguous(),
+                            y_test=y_test.long(), num_classes=10,
+                            classes=FMNIST_CLASSES if name == "fmnist" else MNIST_CLASSES)
 
     cls = {"fmnist": tvd.FashionMNIST, "mnist": tvd.MNIST}[name]
     if discover_mnist_files(name, root) is None and not download:

@@ -10,6 +10,8 @@ import shutil
 import zlib
 from pathlib import Path
 
+import torch
+
 #: idx element types: code → bytes per element
 IDX_SIZES = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
 
@@ -76,3 +78,16 @@ def unpack_idx(src: Path, dst: Path) -> None:
 
 
 __all__ = ["DatasetFileError", "check_idx_file", "idx_problem", "unpack_idx"]
+
+
+def read_uint8_idx(path: Path) -> torch.Tensor:
+    """An unsigned-byte idx file (MNIST's images and labels) as a uint8 tensor of its shape,
+    checked whole first: what torchvision's MNIST reader returns for these files, for a Python
+    without torchvision (``load_dataset`` falls back to it)."""
+    check_idx_file(path)
+    data = path.read_bytes()
+    if data[2] != 0x08:
+        raise DatasetFileError(f"dataset file {path} holds idx type {data[2]:#x}, not bytes")
+    ndim = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).reshape(shape)
