@@ -56,12 +56,14 @@ def xdist_group(nodeid: str) -> str:
     return nodeid if path in ONE_BY_ONE else SHARED_GROUPS.get(path, path)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hooks: a Python without it still runs
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core and one more, as the SLURM and subprocess tests spend
     most of their time waiting."""
     return (os.cpu_count() or 1) + 1
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` (pyproject's addopts) refined by :func:`xdist_group`: xdist's own
     ``loadgroup`` cannot rename nodes under pytest 9, so the grouping is done here."""
