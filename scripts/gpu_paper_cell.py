@@ -39,7 +39,7 @@ from ofl_core.experiment import (  # noqa: E402
     method_config,
     setup_experiment,
 )
-from ofl_core.methods import run_method  # noqa: E402
+from ofl_core.registry import run_method  # noqa: E402
 from ofl_core.results import record  # noqa: E402
 
 

@@ -18,7 +18,7 @@ from host_sync import count_host_syncs, per_step_syncs
 from ofl_core.clients import LocalTrainConfig, train_local
 from ofl_core.fedcvae.clients import CVAETrainConfig, train_cvae
 from ofl_core.grouped_training import train_grouped
-from ofl_core.methods import method_config, run_method
+from ofl_core.registry import method_config, run_method
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
