@@ -97,8 +97,13 @@ def _finite_or_none(d: dict) -> dict:
 def write_json_atomic(path: Path, obj: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
-    os.replace(tmp, path)
+    text = json.dumps(obj, indent=1, default=_json_default)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:  # disk full, read-only, interrupted: no temp file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _json_default(o: object) -> object:

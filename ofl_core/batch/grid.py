@@ -13,7 +13,6 @@ import concurrent.futures as cf
 import json
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -51,6 +50,12 @@ def make_specs(
             task_timeout=config.task_timeout, threads=config.threads(),
             gpus=config.gpus_per_task, isolate=config.isolate, resume=resume))
     return specs
+
+
+class BookkeepingError(RuntimeError):
+    """The batch could not write its own bookkeeping (a task's failure record in
+    ``<out>/runs``: disk full, read-only folder): the batch stops, since nothing it runs next
+    could be recorded either."""
 
 
 def _failed(spec: TaskSpec, e: BaseException) -> TaskResult:
@@ -101,29 +106,50 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
     done_count = [n - sum(len(v) for v in todo.values())]
     guard = threading.Lock()
 
-    def finish(i: int, fut: cf.Future) -> None:
-        s = specs[i]
+    fatal: list[BaseException] = []  # a bookkeeping write that failed: the batch stops
+    stop = threading.Event()  # set when every result is in, or at the first fatal error
+
+    def outcome(s: TaskSpec, fut: cf.Future) -> TaskResult:
         try:
-            res = fut.result()
+            return fut.result()
         except cf.CancelledError as e:
             why = str(e) or "the run was interrupted before the task finished"
-            res = TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({why})")
+            return TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({why})")
         except SchedulerJobError as e:  # its batch job ended: cancelled, walltime, ...
-            res = TaskResult(s.task, s.run_id, "failed", error=str(e), detail=e.detail)
+            return TaskResult(s.task, s.run_id, "failed", error=str(e), detail=e.detail)
         except Exception as e:  # noqa: BLE001 - e.g. KilledWorker, a lost SLURM job
-            res = _failed(s, e)
-        record_outcome(Path(s.out), res)
+            return _failed(s, e)
+
+    def finish(i: int, fut: cf.Future) -> None:
+        """A done-callback: concurrent.futures logs and drops what a callback raises, so
+        nothing may escape here; every path stores a result (or a fatal error) and wakes the
+        waiting thread."""
+        s = specs[i]
+        res = TaskResult(s.task, s.run_id, "failed", error="its outcome could not be read")
+        try:
+            res = outcome(s, fut)
+            record_outcome(Path(s.out), res)
+        except BaseException as e:  # noqa: BLE001 - see the docstring
+            with guard:
+                fatal.append(e)
+            stop.set()
         with guard:
             for j in todo[(s.task.notebook, s.run_id)]:
                 results[j] = res
                 done_count[0] += 1
             k = done_count[0]
+            if k >= n:
+                stop.set()
         if log:
             msg = (f"{res.n_records} records" if res.status == "done"
                    else "finished meanwhile, skipped" if res.status == "skipped"
                    else f"FAILED: {res.error}")
             where = f"[{i + 1}/{n}]" if inline else f"[{k}/{n} finished]"
-            print(f"{where} {s.label}: {res.status} in {res.seconds:.1f}s, {msg}", flush=True)
+            try:
+                print(f"{where} {s.label}: {res.status} in {res.seconds:.1f}s, {msg}",
+                      flush=True)
+            except OSError:  # a closed or full stdout loses a line, not the outcome
+                pass
 
     futs: list[cf.Future] = []
     if isinstance(ex, SubmititExecutor):
@@ -142,6 +168,14 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
             fut = ex.submit(run_task_spec, specs[i])
             fut.add_done_callback(lambda f, i=i: finish(i, f))  # inline: runs at once
             futs.append(fut)
-    cf.wait(futs)
-    while any(j not in results for idx in todo.values() for j in idx):  # callbacks may lag
-        time.sleep(0.01)
+            if fatal:
+                break
+    while not stop.wait(0.5):  # every result in, or a fatal error (callbacks may lag)
+        pass
+    if fatal:
+        e = fatal[0]
+        what = (f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+                if isinstance(e, OSError) else f"{type(e).__name__}: {e}")
+        raise BookkeepingError(f"cannot record the batch's outcomes in {specs[0].out}/runs "
+                               f"({what}); free space or make it writable, then re-run the "
+                               "same command (finished tasks are kept)") from e
