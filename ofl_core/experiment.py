@@ -25,7 +25,7 @@ import torch
 
 from . import __version__
 from .checkpoint import digest
-from .client_training import train_clients
+from .client_training import client_code_version, client_kind, train_clients
 from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
@@ -143,6 +143,7 @@ class Setup:
     ensemble_acc: float | None
     device: str
     local_amp: bool = False  # the clients trained under bfloat16 autocast
+    client_code: str = ""  # the clients' training code version (client_code_version)
 
     def context(self, seed: int | None = None) -> ServerContext:
         ds = self.dataset
@@ -202,6 +203,7 @@ class Setup:
             mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
             precision=precision_label(self.local_amp,
                                       resolve_amp(getattr(config, "amp", False), self.device)),
+            client_code=self.client_code,
         )
 
 
@@ -240,7 +242,8 @@ def setup_experiment(
     first = clients[0] if isinstance(clients, Sequence) else clients
     return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=accs,
                  ensemble_acc=ens, device=device,
-                 local_amp=resolve_amp(getattr(first, "amp", False), device))
+                 local_amp=resolve_amp(getattr(first, "amp", False), device),
+                 client_code=client_code_version(client_kind(first))[1])
 
 
 def method_key(name: str, config: Any, names: Sequence[str]) -> str:

@@ -52,6 +52,8 @@ class ResultRecord:
     best_client_acc: float | None = None
     mean_client_acc: float | None = None
     precision: str = ""  # e.g. "local=bf16;server=fp32" ("" in records made before it)
+    #: the clients' training code version (its source hash; a pin says so), "" before it
+    client_code: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
