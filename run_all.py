@@ -30,11 +30,12 @@ os.environ.setdefault("OFL_PROJECT_DIR", str(Path(__file__).resolve().parent))
 
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
+from ofl_core.batch.gaps import load_gaps
 from ofl_core.batch.gpus import NoGpuError
 from ofl_core.batch.grid import BookkeepingError, make_specs, run_grid
 from ofl_core.batch.jobs import job_script
 from ofl_core.batch.optional import MissingDependencyError
-from ofl_core.batch.report import build_report
+from ofl_core.batch.report import RESULTS_DIR, build_report
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tasks = make_tasks(args)
         cfg = executor_config(args)
+        load_gaps(RESULTS_DIR / "gaps.yaml")  # the report needs it: checked before any task
         if args.dry_run:
             return dry_run(tasks, cfg, args)
         check_out(args.out)

@@ -128,3 +128,120 @@ def test_records_name_the_client_training_code(tiny_dataset, tmp_path):
 
     rec, _ = run_one(setup, "fedavg", FedAvgConfig())
     assert len(rec.client_code) == 16
+
+
+def _shipped_file(results: Path, name: str, body: str, folder: str = "main_tables") -> None:
+    d = results / folder
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}.json").write_text(body)
+
+
+def _sidecar(rid: str, **change) -> dict:
+    rec = {"experiment": "main_tables", "paper": "dense", "table": "T1", "dataset": "fmnist",
+           "partition": "dirichlet", "alpha": 0.1, "num_clients": 5, "seed": 1,
+           "method": "dense", "preset": "paper", "last_acc": 49.0, "best_acc": 50.0,
+           "ensemble_acc": 50.0, "wall_time_s": 1.0, "config_hash": "h", "version": "0",
+           "setting": "", "data_source": "fmnist"}
+    rec.update(change.pop("record", {}))
+    d = {"status": "done", "notebook": "main_tables", "run_id": rid, "parameters": {},
+         "seconds": 9.0, "records": [rec], "machine": {"host": "h", "cores": 2}}
+    d.update(change)
+    return d
+
+
+_BAD_SHIPPED = [  # (case, the file's text, what the problem names)
+    ("last_acc NaN", '{"last_acc": NaN}', "NaN"),
+    ("last_acc null", {"record": {"last_acc": None}}, "records[0].last_acc"),
+    ("last_acc inf", '{"last_acc": Infinity}', "Infinity"),
+    ("last_acc 1e308", {"record": {"last_acc": 1e308}}, "records[0].last_acc"),
+    ("last_acc 250", {"record": {"last_acc": 250}}, "[0, 100]"),
+    ("last_acc -50", {"record": {"last_acc": -50}}, "[0, 100]"),
+    ("last_acc a string", {"record": {"last_acc": "49"}}, "records[0].last_acc"),
+    ("seed missing", {"record": {"seed": "DROP"}}, "records[0].seed is missing"),
+    ("seed a float", {"record": {"seed": 1.5}}, "records[0].seed"),
+    ("num_clients 0", {"record": {"num_clients": 0}}, "records[0].num_clients"),
+    ("method a list", {"record": {"method": ["dense"]}}, "records[0].method"),
+    ("machine a string", {"machine": "vm"}, "machine must be a mapping"),
+    ("parameters null", {"parameters": None}, "parameters must be a mapping"),
+    ("records a dict", {"records": {"a": 1}}, "records must be a list"),
+    ("seconds a string", {"seconds": "9"}, "seconds"),
+    ("notebook a path", {"notebook": "../../.."}, "notebook must be one of"),
+    ("notebook javascript:", {"notebook": "javascript:alert(1)"}, "notebook must be one of"),
+    ("notebook of another folder", {"notebook": "partitions"}, "not the folder"),
+    ("run_id a path", {"run_id": "../x"}, "run_id must be a plain name"),
+    ("run_id another file's", {"run_id": "other"}, "not the file's name"),
+    ("status not done", {"status": "running"}, "status"),
+    ("not JSON", "{oops", "not valid JSON"),
+    ("a list", "[1, 2]", "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("case, change, problem", _BAD_SHIPPED, ids=[c[0] for c in _BAD_SHIPPED])
+def test_a_bad_shipped_record_is_one_listed_problem_and_the_rest_of_the_report_stays(
+        tmp_path, case, change, problem):
+    import json
+
+    from bs4 import BeautifulSoup
+
+    from ofl_core.batch.report import build_report
+
+    results = tmp_path / "results"
+    _shipped_file(results, "good", json.dumps(_sidecar("good")))
+    if isinstance(change, dict):
+        d = _sidecar("bad", **change)
+        if d["records"] and isinstance(d["records"], list):
+            d["records"][0] = {k: v for k, v in d["records"][0].items() if v != "DROP"}
+        text = json.dumps(d)
+    elif change.startswith('{"last_acc"'):  # a non-JSON constant inside a record
+        text = json.dumps(_sidecar("bad")).replace('"last_acc": 49.0', change[1:-1])
+    else:
+        text = change
+    _shipped_file(results, "bad", text)
+    out = tmp_path / "out"
+    index = build_report(out, results=results)
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+    items = soup.find(id="problems").find_next("ul").find_all("li")
+    assert len(items) == 1 and "results/main_tables/bad.json" in items[0].text
+    assert problem in items[0].text, items[0].text
+    assert soup.find(id="run-good") is not None and soup.find(id="run-bad") is None
+    ours = soup.find(id="dense-T1").find_next("table").find(class_="ours")
+    assert "49.00\xa0n=1" in ours.text  # the bad file is not counted
+    assert not any(a.get("href", "").lower().startswith("javascript:")
+                   for a in soup.find_all("a"))
+    assert {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*.html")} == {"out"}
+
+
+@pytest.mark.parametrize("kind, text", [
+    ("a run", '{"status": "done", "notebook": "../../../escape", "run_id": "r1"}'),
+    ("a failure", '{"status": "failed", "notebook": "../../../escape", "run_id": "r1"}'),
+    ("a failure's error a list", '{"notebook": "main_tables", "run_id": "r1", "error": [1]}'),
+])
+def test_a_bad_sidecar_in_out_is_one_listed_problem(tmp_path, kind, text):
+    from ofl_core.batch.report import build_report
+
+    d = tmp_path / "runs" / "main_tables"
+    d.mkdir(parents=True)
+    name = "r1.failed.json" if "failure" in kind else "r1.json"
+    (d / name).write_text(text)
+    html = build_report(tmp_path, results=None).read_text()
+    assert f"runs/main_tables/{name}" in html
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_a_broken_gaps_file_is_a_listed_problem_and_stops_run_all_before_any_task(
+        tmp_path, monkeypatch, capsys):
+    from ofl_core.batch.report import build_report
+
+    results = tmp_path / "results"
+    _shipped_file(results, "good", __import__("json").dumps(_sidecar("good")))
+    (results / "gaps.yaml").write_text("- paper: dense\n  why: [unclosed\n")
+    html = build_report(tmp_path / "out", results=results).read_text()
+    assert "gaps.yaml" in html and "not valid YAML" in html and 'id="run-good"' in html
+
+    def no_run(*a, **k):
+        raise AssertionError("a task ran before gaps.yaml was checked")
+
+    monkeypatch.setattr(run_all, "RESULTS_DIR", results)
+    monkeypatch.setattr(run_all, "run_grid", no_run)
+    assert run_all.main(["--quick", "--only", "partitions", "--out", str(tmp_path / "o")]) == 2
+    assert "gaps.yaml" in capsys.readouterr().err
