@@ -245,3 +245,77 @@ def test_a_broken_gaps_file_is_a_listed_problem_and_stops_run_all_before_any_tas
     monkeypatch.setattr(run_all, "run_grid", no_run)
     assert run_all.main(["--quick", "--only", "partitions", "--out", str(tmp_path / "o")]) == 2
     assert "gaps.yaml" in capsys.readouterr().err
+
+
+def _decoder_upload(**change):
+    import dataclasses
+
+    from ofl_core.clients import ClientUpload
+    from ofl_core.models.cvae import build_decoder
+
+    dec = build_decoder("cvae_small", 10, 1, 32, 10)
+    up = ClientUpload(client_id=3, arch="cvae_small", state_dict=dec.state_dict(),
+                      num_classes=10, in_channels=1, image_size=32, num_samples=100,
+                      model_kwargs={"latent_dim": 10}, label_counts=(10,) * 10, kind="decoder")
+    return dataclasses.replace(up, **change)
+
+
+def _classifier_upload(**change):
+    import dataclasses
+
+    from ofl_core.clients import ClientUpload
+    from ofl_core.models import build_model
+
+    m = build_model("cnn_mnist", 10, 1, 28)
+    up = ClientUpload(client_id=3, arch="cnn_mnist", state_dict=m.state_dict(), num_classes=10,
+                      in_channels=1, image_size=28, num_samples=100)
+    return dataclasses.replace(up, **change)
+
+
+_OVERSIZED = [  # (case, upload, what the message names)
+    ("decoder latent_dim 10**6", lambda: _decoder_upload(model_kwargs={"latent_dim": 10**6}),
+     "latent_dim"),
+    ("decoder latent_dim not its fc's", lambda: _decoder_upload(model_kwargs={"latent_dim": 900}),
+     "does not match"),
+    ("decoder latent_dim a float", lambda: _decoder_upload(model_kwargs={"latent_dim": 10.0}),
+     "latent_dim"),
+    ("decoder image_size 16000", lambda: _decoder_upload(image_size=16000), "image_size"),
+    ("decoder num_classes 10**6", lambda: _decoder_upload(num_classes=10**6), "num_classes"),
+    ("classifier num_classes 10**7", lambda: _classifier_upload(num_classes=10**7),
+     "num_classes"),
+    ("classifier image_size 4096", lambda: _classifier_upload(image_size=4096), "image_size"),
+    ("classifier in_channels 1000", lambda: _classifier_upload(in_channels=1000), "in_channels"),
+    ("classifier num_samples 10**30", lambda: _classifier_upload(num_samples=10**30),
+     "num_samples"),
+    ("classifier num_samples 0", lambda: _classifier_upload(num_samples=0), "num_samples"),
+    ("classifier option not a switch",
+     lambda: _classifier_upload(model_kwargs={"conv_relu": 10**9}), "model_kwargs"),
+]
+
+
+@pytest.mark.parametrize("case, make, names", _OVERSIZED, ids=[c[0] for c in _OVERSIZED])
+def test_every_size_field_of_an_upload_is_bounded_before_anything_is_built(
+        monkeypatch, case, make, names):
+    from ofl_core import clients
+    from ofl_core.clients import UploadError, validate_upload
+
+    upload = make()
+
+    def no_build(*a, **k):
+        raise AssertionError("a model was built from an unchecked header")
+
+    monkeypatch.setattr(clients, "build_model", no_build)
+    monkeypatch.setattr(clients, "build_decoder", no_build)
+    with pytest.raises(UploadError, match="client 3") as e:
+        validate_upload(upload, None)
+    assert names in str(e.value)
+
+
+def test_a_cvae_is_not_built_beyond_its_bounds():
+    from ofl_core.models.cvae import build_cvae, build_decoder
+
+    for kw in ({"latent_dim": 10**6}, {"image_size": 16 * 1000}, {"num_classes": 10**6}):
+        with pytest.raises(ValueError, match="must be an integer in 1"):
+            build_decoder("cvae", **{"num_classes": 10, "image_size": 32, **kw})
+        with pytest.raises(ValueError, match="must be an integer in 1"):
+            build_cvae("cvae", **{"num_classes": 10, "image_size": 32, **kw})
