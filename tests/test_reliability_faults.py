@@ -319,3 +319,36 @@ def test_a_cvae_is_not_built_beyond_its_bounds():
             build_decoder("cvae", **{"num_classes": 10, "image_size": 32, **kw})
         with pytest.raises(ValueError, match="must be an integer in 1"):
             build_cvae("cvae", **{"num_classes": 10, "image_size": 32, **kw})
+
+
+_BOMB = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+                  + [f"{c}: &{c} [{', '.join(['*' + p] * 9)}]"
+                     for p, c in zip("abcdefgh", "bcdefghi", strict=True)]) + "\n"
+
+
+@pytest.mark.parametrize("loader", ["grid", "cluster-config", "gaps"])
+@pytest.mark.parametrize("text, message", [
+    (_BOMB, "expands to more than"),
+    ("a: &a [*a]\n", "recursive"),
+])
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path, loader, text, message):
+    import time
+
+    from ofl_core.batch.config import load_config_file
+    from ofl_core.batch.gaps import load_gaps
+    from ofl_core.batch.tasks import load_grid
+
+    f = tmp_path / "x.yaml"
+    f.write_text(text)
+    load = {"grid": load_grid, "cluster-config": load_config_file, "gaps": load_gaps}[loader]
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        load(f)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_run_all_dry_run_refuses_an_alias_bomb_in_a_grid(tmp_path, capsys):
+    f = tmp_path / "bomb.yaml"
+    f.write_text(_BOMB)
+    assert run_all.main(["--grid", str(f), "--dry-run"]) == 2
+    assert "expands to more than" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..project import notebook_dir
 from ..results import write_json_atomic
 from .param_types import check_value, literal_default
+from .yamlfile import load_yaml
 
 
 def _default_notebook_dir() -> Path:
@@ -147,7 +148,7 @@ def _load_grid_file(path: Path) -> list[Task]:
     if not Path(path).is_file():
         raise ValueError(f"grid file {path} not found")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(path) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
