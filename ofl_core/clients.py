@@ -122,6 +122,15 @@ class ClientUpload:
     label_counts: tuple[int, ...] | None = None
     kind: str = "classifier"
 
+    def __post_init__(self) -> None:
+        # counts given as a numpy array or a list are kept as a tuple (a server tests
+        # ``label_counts or ()``, which an array cannot answer); validation checks the values
+        lc = self.label_counts
+        if isinstance(lc, np.ndarray) and lc.ndim == 1:
+            object.__setattr__(self, "label_counts", tuple(lc.tolist()))
+        elif isinstance(lc, list):
+            object.__setattr__(self, "label_counts", tuple(lc))
+
 
 class UploadError(ValueError):
     """A client upload the server cannot accept (unknown architecture, bad shapes, NaN/inf)."""
@@ -220,6 +229,7 @@ def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn
     if kind is not None and upload.kind != kind:
         raise UploadError(f"{who}: this server needs a {kind} upload (kind={kind!r}), got "
                           f"kind={upload.kind!r}")
+    check_state_dict(upload.state_dict, who)
     if upload.kind in ("classifier", "decoder"):
         check_upload_sizes(upload)  # before any model is built from them
     if upload.kind == "decoder":
@@ -254,6 +264,27 @@ def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn
                               f"{float(t.abs().max()):.3g}, beyond any trained model's "
                               f"(limit {MAX_ABS_WEIGHT:g}): a scaled or corrupt upload")
     return model
+
+
+def check_state_dict(state: object, who: str) -> None:
+    """An uploaded state dict is a mapping of string names to dense tensors that hold data: a
+    mixed-key, sparse or meta-device state dict is an :class:`UploadError` naming the client
+    and the entry (torch's own errors name neither)."""
+    if not isinstance(state, dict):
+        raise UploadError(f"{who}: state_dict must be a dict of tensors, got "
+                          f"{type(state).__name__}")
+    for k, v in state.items():
+        if not isinstance(k, str):
+            raise UploadError(f"{who}: state_dict key {k!r} ({type(k).__name__}) is not a "
+                              "parameter name (a string)")
+        if not isinstance(v, torch.Tensor):
+            raise UploadError(f"{who}: parameter {k!r} is a {type(v).__name__}, not a tensor")
+        if v.layout != torch.strided:
+            raise UploadError(f"{who}: parameter {k!r} is a {v.layout} tensor; uploads hold "
+                              "dense tensors")
+        if v.is_meta:
+            raise UploadError(f"{who}: parameter {k!r} is on the meta device and holds no "
+                              "values")
 
 
 def _classifier_of(upload: ClientUpload, who: str) -> nn.Module:

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 import run_all
 from ofl_core.batch import grid
@@ -352,3 +353,44 @@ def test_run_all_dry_run_refuses_an_alias_bomb_in_a_grid(tmp_path, capsys):
     f.write_text(_BOMB)
     assert run_all.main(["--grid", str(f), "--dry-run"]) == 2
     assert "expands to more than" in capsys.readouterr().err
+
+
+def _with_state(up, change):
+    import dataclasses
+
+    sd = dict(up.state_dict)
+    change(sd)
+    return dataclasses.replace(up, state_dict=sd)
+
+
+_BAD_STATES = [  # (case, change of the state dict, what the message names)
+    ("meta tensor", lambda sd: sd.update({"fc1.bias": torch.empty(50, device="meta")}), "meta"),
+    ("sparse tensor", lambda sd: sd.update({"fc1.bias": torch.zeros(50).to_sparse()}),
+     "sparse"),
+    ("mixed keys", lambda sd: sd.update({0: torch.zeros(1)}), "key 0"),
+    ("a list for a tensor", lambda sd: sd.update({"fc1.bias": [0.0] * 50}), "not a tensor"),
+]
+
+
+@pytest.mark.parametrize("case, change, names", _BAD_STATES, ids=[c[0] for c in _BAD_STATES])
+def test_a_malformed_state_dict_is_an_upload_error_naming_the_client(case, change, names):
+    from ofl_core.clients import UploadError, validate_upload
+
+    with pytest.raises(UploadError, match="client 3") as e:
+        validate_upload(_with_state(_classifier_upload(), change))
+    assert names in str(e.value)
+
+
+def test_label_counts_as_a_numpy_array_reach_the_fedcvae_server_as_a_tuple(fedcvae_tiny):
+    import dataclasses
+
+    import numpy as np
+
+    from ofl_core.fedcvae.server import FedCVAEEnsConfig, run_ens
+
+    ups = [dataclasses.replace(u, label_counts=np.asarray(u.label_counts))
+           for u in fedcvae_tiny["uploads"]]
+    assert all(type(u.label_counts) is tuple for u in ups)
+    res = run_ens(ups, FedCVAEEnsConfig(num_samples=40, classifier_epochs=1),
+                          fedcvae_tiny["context"]())
+    assert res.model is not None
