@@ -394,3 +394,25 @@ def test_label_counts_as_a_numpy_array_reach_the_fedcvae_server_as_a_tuple(fedcv
     res = run_ens(ups, FedCVAEEnsConfig(num_samples=40, classifier_epochs=1),
                           fedcvae_tiny["context"]())
     assert res.model is not None
+
+
+def test_a_large_grid_inspects_each_notebook_once(tmp_path, monkeypatch, capsys):
+    import papermill
+
+    from ofl_core.batch import tasks
+
+    calls: list[str] = []
+    real = papermill.inspect_notebook
+
+    def counting(path, *a, **k):
+        calls.append(path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(papermill, "inspect_notebook", counting)
+    tasks._inspect.cache_clear()
+    grid = tmp_path / "g.yaml"
+    grid.write_text("partitions:\n  - grid: {alphas: [" + ", ".join(
+        f"[{0.001 * (i + 1):.3f}]" for i in range(300)) + "]}\n")
+    assert run_all.main(["--grid", str(grid), "--dry-run", "--out", str(tmp_path)]) == 0
+    assert "# 300 tasks" in capsys.readouterr().out
+    assert len(calls) == 1

@@ -12,7 +12,9 @@ and parses (and whose notebook is there) is finished. Figures go to
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -62,9 +64,22 @@ class TaskResult:
     detail: str = ""  # a failure's last traceback lines
 
 
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    """What a file's cached inspection is keyed on: its path, modification time and size (an
+    edited notebook is inspected again)."""
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_mtime_ns, st.st_size
+
+
 def notebook_source_hash(path: Path) -> str:
-    """Hash of a notebook's cell types and sources (outputs and metadata ignored)."""
-    nb = json.loads(path.read_text())
+    """Hash of a notebook's cell types and sources (outputs and metadata ignored); computed
+    once per notebook file version and process (a grid of 10⁶ tasks reads each notebook once)."""
+    return _source_hash(*_stat_key(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _source_hash(path: str, mtime_ns: int, size: int) -> str:
+    nb = json.loads(Path(path).read_text())
     h = hashlib.sha256()
     for c in nb.get("cells", []):
         src = c.get("source", "")
@@ -81,15 +96,26 @@ def task_id(notebook_path: Path, parameters: dict) -> str:
 
 def list_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[str]:
     """Notebook names (without .ipynb) in ``notebook_dir``, sorted; partitions first."""
-    names = sorted(p.stem for p in notebook_dir.glob("*.ipynb"))
-    return sorted(names, key=lambda n: (n != "partitions", n))
+    return list(_notebooks(*_stat_key(notebook_dir)))
+
+
+@functools.lru_cache(maxsize=16)
+def _notebooks(notebook_dir: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    names = sorted(p.stem for p in Path(notebook_dir).glob("*.ipynb"))
+    return tuple(sorted(names, key=lambda n: (n != "partitions", n)))
 
 
 def notebook_parameters(path: Path) -> dict:
-    """The notebook's ``parameters`` cell as papermill sees it (name → info dict)."""
+    """The notebook's ``parameters`` cell as papermill sees it (name → info dict), inspected
+    once per notebook file version and process (about 2 ms each time otherwise)."""
+    return copy.deepcopy(_inspect(*_stat_key(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _inspect(path: str, mtime_ns: int, size: int) -> dict:
     import papermill
 
-    return papermill.inspect_notebook(str(path))
+    return papermill.inspect_notebook(path)
 
 
 def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
