@@ -223,8 +223,24 @@ def check_out(out: str) -> None:
                          "writable folder") from None
 
 
+#: path variables the notebooks' kernels read; a relative one is resolved against the caller's
+#: folder before any kernel starts (kernels run in notebooks/, where it would land otherwise)
+PATH_VARIABLES = ("OFL_CACHE_DIR", "OFL_DATA_ROOT")
+
+
+def resolve_path_variables(env: dict | None = None) -> None:
+    """Make each relative :data:`PATH_VARIABLES` entry of ``env`` (default: this process's
+    environment, which the kernels inherit) absolute against the current folder."""
+    env = os.environ if env is None else env
+    for name in PATH_VARIABLES:
+        value = env.get(name)
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            env[name] = os.path.abspath(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    resolve_path_variables()
     try:
         tasks = make_tasks(args)
         cfg = executor_config(args)

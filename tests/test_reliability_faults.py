@@ -416,3 +416,16 @@ def test_a_large_grid_inspects_each_notebook_once(tmp_path, monkeypatch, capsys)
     assert run_all.main(["--grid", str(grid), "--dry-run", "--out", str(tmp_path)]) == 0
     assert "# 300 tasks" in capsys.readouterr().out
     assert len(calls) == 1
+
+
+def test_a_relative_cache_dir_is_resolved_against_the_callers_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OFL_CACHE_DIR", "rel/cache")
+    monkeypatch.setenv("OFL_DATA_ROOT", "~/data")
+    monkeypatch.setattr(run_all, "run_grid", lambda *a, **k: [])
+    monkeypatch.setattr(run_all, "build_report", lambda *a, **k: tmp_path / "index.html")
+    run_all.main(["--quick", "--only", "partitions", "--out", str(tmp_path / "o")])
+    import os
+
+    assert os.environ["OFL_CACHE_DIR"] == str(tmp_path / "rel" / "cache")
+    assert os.environ["OFL_DATA_ROOT"] == "~/data"  # the user's home: not relative
