@@ -429,3 +429,61 @@ def test_a_relative_cache_dir_is_resolved_against_the_callers_folder(tmp_path, m
 
     assert os.environ["OFL_CACHE_DIR"] == str(tmp_path / "rel" / "cache")
     assert os.environ["OFL_DATA_ROOT"] == "~/data"  # the user's home: not relative
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_checkpoint_write_killed_midway_leaves_nothing_after_the_next_write(tmp_path):
+    import os
+
+    from ofl_core.checkpoint.store import CheckpointFile
+
+    store = CheckpointFile(tmp_path, {"k": 1})
+    tmp_path.mkdir(exist_ok=True)
+    dead = tmp_path / f".{store.key}.{_dead_pid()}.1.tmp"
+    live = tmp_path / f".{store.key}.{os.getppid()}.1.tmp"  # a running process's write
+    dead.write_bytes(b"half")
+    live.write_bytes(b"half")
+    assert store.write(1, {"x": torch.ones(2)})
+    assert not dead.exists() and live.exists()
+
+
+def test_a_full_disk_is_named_as_such_not_as_torchs_unexpected_pos(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from ofl_core.checkpoint.store import CheckpointFile
+    from ofl_core.upload_cache import UploadCache
+
+    real_open = builtins.open
+
+    class FullFile:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_open(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        return FullFile(f) if "w" in mode and str(path).endswith(".tmp") else f
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    with pytest.warns(UserWarning, match="No space left on device"):
+        assert not CheckpointFile(tmp_path / "s", {"k": 1}).write(1, {"x": torch.ones(2)})
+    with pytest.warns(UserWarning, match="No space left on device"):
+        assert UploadCache(tmp_path / "c").put({"k": 1}, {"x": torch.ones(2)}) is None
+    assert not list(tmp_path.rglob("*.tmp"))
