@@ -487,3 +487,44 @@ def test_a_full_disk_is_named_as_such_not_as_torchs_unexpected_pos(tmp_path, mon
     with pytest.warns(UserWarning, match="No space left on device"):
         assert UploadCache(tmp_path / "c").put({"k": 1}, {"x": torch.ones(2)}) is None
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("notebook_text, sidecar_version, expect", [
+    ('{"cells": []}', "CURRENT", "skipped"),
+    ('{"cells": []}', "ofl_core 0.0.9, git 0123456789ab", "skipped stale"),
+    ('{"cells": []}', None, "skipped stale"),
+    ("{not json", "CURRENT", "rerun"),
+    ('{"no": "cells"}', "CURRENT", "rerun"),
+])
+def test_a_rerun_says_which_runs_are_stale_and_redoes_unreadable_ones(
+        tmp_path, monkeypatch, capsys, notebook_text, sidecar_version, expect):
+    import json
+
+    from ofl_core.batch.config import ExecutorConfig
+    from ofl_core.batch.execute import code_version
+    from ofl_core.batch.grid import run_grid
+    from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, task_paths
+
+    t = Task("partitions", {"alphas": [0.1]})
+    nb, js = task_paths(tmp_path, t, t.run_id(NOTEBOOK_DIR))
+    nb.parent.mkdir(parents=True)
+    nb.write_text(notebook_text)
+    side = {"status": "done"}
+    if sidecar_version is not None:
+        side["code_version"] = code_version() if sidecar_version == "CURRENT" \
+            else sidecar_version
+    js.write_text(json.dumps(side))
+    ran = []
+
+    def fake(spec):
+        ran.append(spec.run_id)
+        return TaskResult(spec.task, spec.run_id, "done", 0.1)
+
+    monkeypatch.setattr(grid, "run_task_spec", fake)
+    res = run_grid([t], tmp_path, ExecutorConfig(), log=True)
+    out = capsys.readouterr().out
+    if expect == "rerun":
+        assert ran and res[0].status == "done"
+    else:
+        assert not ran and res[0].status == "skipped"
+        assert ("stale" in out) == (expect == "skipped stale"), out

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .config import ExecutorConfig
-from .execute import run_task_spec
+from .execute import code_version, run_task_spec
 from .executors import InlineExecutor, SubmititExecutor, make_executor
 from .slurm import SchedulerJobError
 from .tasks import (
@@ -26,6 +26,7 @@ from .tasks import (
     TaskResult,
     TaskSpec,
     figures_dir_for,
+    made_by,
     record_outcome,
     spec_finished,
 )
@@ -81,8 +82,13 @@ def run_grid(
             todo.setdefault((s.task.notebook, s.run_id), []).append(i)
     n = len(specs)
     if log:
+        now = code_version() if results else ""
         for i in sorted(results):
-            print(f"[{i + 1}/{n}] {specs[i].label}: already done, skipped", flush=True)
+            s = specs[i]
+            old = made_by(Path(s.out), s.task, s.run_id)
+            stale = (f" (stale: made by {old or 'code that recorded no version'}, this is "
+                     f"{now}; --no-resume redoes it)" if old != now else "")
+            print(f"[{i + 1}/{n}] {s.label}: already done, skipped{stale}", flush=True)
     if todo:
         own = executor is None
         ex = make_executor(config, out) if own else executor

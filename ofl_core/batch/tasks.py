@@ -212,15 +212,28 @@ def task_paths(out: Path, task: Task, run_id: str) -> tuple[Path, Path]:
 
 def is_finished(out: Path, task: Task, run_id: str) -> bool:
     """Whether the task finished: its sidecar JSON (written last, atomically) parses as a dict
-    with ``status: done``, and its executed notebook is there. Anything else is redone."""
+    with ``status: done``, and its executed notebook is there and readable (a notebook the
+    report cannot read is listed as failed, so the task is redone). Anything else is redone."""
     nb, js = task_paths(out, task, run_id)
     if not js.is_file() or not nb.is_file():
         return False
     try:
         d = json.loads(js.read_text())
+        saved = json.loads(nb.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return isinstance(d, dict) and d.get("status") == "done"
+    return (isinstance(d, dict) and d.get("status") == "done" and isinstance(saved, dict)
+            and isinstance(saved.get("cells"), list))
+
+
+def made_by(out: Path, task: Task, run_id: str) -> str | None:
+    """The ``code_version`` a finished task's sidecar names (None when it names none)."""
+    try:
+        d = json.loads(task_paths(out, task, run_id)[1].read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    v = d.get("code_version") if isinstance(d, dict) else None
+    return v if isinstance(v, str) else None
 
 
 def failure_path(out: Path, notebook: str, run_id: str) -> Path:
