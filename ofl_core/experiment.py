@@ -204,6 +204,7 @@ class Setup:
             precision=precision_label(self.local_amp,
                                       resolve_amp(getattr(config, "amp", False), self.device)),
             client_code=self.client_code,
+            aggregation=robust_label(config),
         )
 
 
@@ -297,10 +298,23 @@ def paper_partition(cfg: ExperimentConfig) -> str:
     return "dirichlet" if cfg.partition.startswith("dirichlet") else cfg.partition
 
 
+def robust_label(config: Any) -> str:
+    """How a method's config aggregates robustly ("" for the papers' plain aggregation)."""
+    how = getattr(config, "aggregation", "mean")
+    if how == "mean":
+        return ""
+    trim = getattr(config, "trim_fraction", None)
+    return f"{how}({trim:g})" if how == "trimmed_mean" and trim is not None else str(how)
+
+
 def config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
     """A short hash of an experiment and one method's (or client's) config."""
-    blob = json.dumps({"exp": cfg.hash(), "method": dataclasses.asdict(mcfg)}, sort_keys=True,
-                      default=str)
+    method = dataclasses.asdict(mcfg)
+    for k in getattr(mcfg, "HASH_IF_SET", ()):  # new fields at their defaults: hashes as before
+        f = next(f for f in dataclasses.fields(mcfg) if f.name == k)
+        if method.get(k) == f.default:
+            method.pop(k)
+    blob = json.dumps({"exp": cfg.hash(), "method": method}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

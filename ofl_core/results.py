@@ -54,6 +54,8 @@ class ResultRecord:
     precision: str = ""  # e.g. "local=bf16;server=fp32" ("" in records made before it)
     #: the clients' training code version (its source hash; a pin says so), "" before it
     client_code: str = ""
+    #: robust aggregation when it was on (e.g. "median", "trimmed_mean(0.1)"), else ""
+    aggregation: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

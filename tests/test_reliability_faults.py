@@ -528,3 +528,46 @@ def test_a_rerun_says_which_runs_are_stale_and_redoes_unreadable_ones(
     else:
         assert not ran and res[0].status == "skipped"
         assert ("stale" in out) == (expect == "skipped stale"), out
+
+
+@pytest.mark.parametrize("aggregation, moved", [("mean", True), ("median", False),
+                                                ("trimmed_mean", False)])
+def test_robust_fedavg_is_not_decided_by_one_scaled_client(aggregation, moved):
+    import dataclasses
+
+    from ofl_core.methods.fedavg import FedAvgConfig, run
+    from ofl_core.models import build_model
+    from ofl_core.server import ServerContext
+
+    torch.manual_seed(0)
+    base = build_model("cnn_mnist", 10, 1, 28).state_dict()
+    ups = []
+    for k in range(5):
+        sd = {n: (v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v.clone())
+              for n, v in base.items()}
+        if k == 4:  # one client scales its head ×10⁴: under the magnitude limit
+            last = [n for n in sd if n.endswith("weight")][-1]
+            sd[last] = sd[last] * 1e4
+        ups.append(dataclasses.replace(_classifier_upload(), client_id=k, state_dict=sd))
+    cfg = FedAvgConfig(aggregation=aggregation, trim_fraction=0.2)
+    ctx = ServerContext(num_classes=10, in_channels=1, image_size=28, seed=0)
+    got = run(ups, cfg, ctx).model.state_dict()
+    last = [n for n in base if n.endswith("weight")][-1]
+    far = float((got[last] - base[last]).abs().max()) > 1.0
+    assert far == moved
+
+
+def test_robust_aggregation_is_off_by_default_flagged_when_on_and_keeps_old_hashes():
+    from ofl_core.experiment import ExperimentConfig, config_hash, robust_label
+    from ofl_core.methods.fedavg import FedAvgConfig
+
+    cfg = ExperimentConfig()
+    assert FedAvgConfig().aggregation == "mean" and robust_label(FedAvgConfig()) == ""
+    old = __import__("hashlib").sha256(__import__("json").dumps(
+        {"exp": cfg.hash(), "method": {"weighted": True, "preset": "paper"}},
+        sort_keys=True).encode()).hexdigest()[:12]
+    assert config_hash(cfg, FedAvgConfig()) == old
+    on = FedAvgConfig(aggregation="trimmed_mean", trim_fraction=0.2)
+    assert robust_label(on) == "trimmed_mean(0.2)" and config_hash(cfg, on) != old
+    with pytest.raises(ValueError, match="trim_fraction"):
+        FedAvgConfig(aggregation="trimmed_mean", trim_fraction=0.5)
