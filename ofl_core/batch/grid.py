@@ -59,6 +59,14 @@ class BookkeepingError(RuntimeError):
     could be recorded either."""
 
 
+def _bookkeeping_error(e: BaseException, out: str) -> BookkeepingError:
+    what = (f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+            if isinstance(e, OSError) else f"{type(e).__name__}: {e}")
+    return BookkeepingError(f"cannot record the batch's outcomes in {out}/runs ({what}); free "
+                            "space or make it writable, then re-run the same command "
+                            "(finished tasks are kept)")
+
+
 def _failed(spec: TaskSpec, e: BaseException) -> TaskResult:
     msg = " ".join(f"{type(e).__name__}: {e}".split())[:500]
     return TaskResult(spec.task, spec.run_id, "failed", error=f"the worker lost the task ({msg})")
@@ -179,9 +187,4 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
     while not stop.wait(0.5):  # every result in, or a fatal error (callbacks may lag)
         pass
     if fatal:
-        e = fatal[0]
-        what = (f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
-                if isinstance(e, OSError) else f"{type(e).__name__}: {e}")
-        raise BookkeepingError(f"cannot record the batch's outcomes in {specs[0].out}/runs "
-                               f"({what}); free space or make it writable, then re-run the "
-                               "same command (finished tasks are kept)") from e
+        raise _bookkeeping_error(fatal[0], specs[0].out) from fatal[0]
