@@ -300,6 +300,8 @@ def paper_partition(cfg: ExperimentConfig) -> str:
 
 def robust_label(config: Any) -> str:
     """How a method's config aggregates robustly ("" for the papers' plain aggregation)."""
+    if getattr(config, "normalize_logits", False):
+        return "normalized_logits"
     how = getattr(config, "aggregation", "mean")
     if how == "mean":
         return ""

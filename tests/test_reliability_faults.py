@@ -571,3 +571,34 @@ def test_robust_aggregation_is_off_by_default_flagged_when_on_and_keeps_old_hash
     assert robust_label(on) == "trimmed_mean(0.2)" and config_hash(cfg, on) != old
     with pytest.raises(ValueError, match="trim_fraction"):
         FedAvgConfig(aggregation="trimmed_mean", trim_fraction=0.5)
+
+
+@pytest.mark.parametrize("normalize, winner", [(False, 1), (True, 0)])
+def test_logit_normalisation_keeps_one_scaled_client_from_deciding_the_ensemble(normalize,
+                                                                                   winner):
+    from ofl_core.combine import Ensemble
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, logits):
+            super().__init__()
+            self.register_buffer("logits", torch.tensor(logits))
+
+        def forward(self, x):
+            return self.logits.expand(len(x), -1)
+
+    honest = [Fixed([1.0, 0.0, 0.0]) for _ in range(4)]
+    scaled = Fixed([0.0, 1e4, 0.0])  # one client's head × 10⁴
+    ens = Ensemble([*honest, scaled], normalize_logits=normalize)
+    assert int(ens(torch.zeros(2, 1)).argmax(1)[0]) == winner
+
+
+def test_ensemble_logit_normalisation_is_off_by_default_and_flagged_when_on():
+    from ofl_core.experiment import ExperimentConfig, config_hash, robust_label
+    from ofl_core.methods.ensemble import EnsembleConfig
+
+    cfg = ExperimentConfig()
+    old = __import__("hashlib").sha256(__import__("json").dumps(
+        {"exp": cfg.hash(), "method": {"preset": "paper"}}, sort_keys=True).encode()
+    ).hexdigest()[:12]
+    assert config_hash(cfg, EnsembleConfig()) == old and robust_label(EnsembleConfig()) == ""
+    assert robust_label(EnsembleConfig(normalize_logits=True)) == "normalized_logits"
