@@ -30,11 +30,12 @@ os.environ.setdefault("OFL_PROJECT_DIR", str(Path(__file__).resolve().parent))
 
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
+from ofl_core.batch.gaps import load_gaps
 from ofl_core.batch.gpus import NoGpuError
-from ofl_core.batch.grid import make_specs, run_grid
+from ofl_core.batch.grid import BookkeepingError, make_specs, run_grid
 from ofl_core.batch.jobs import job_script
 from ofl_core.batch.optional import MissingDependencyError
-from ofl_core.batch.report import build_report
+from ofl_core.batch.report import RESULTS_DIR, build_report
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -222,11 +223,28 @@ def check_out(out: str) -> None:
                          "writable folder") from None
 
 
+#: path variables the notebooks' kernels read; a relative one is resolved against the caller's
+#: folder before any kernel starts (kernels run in notebooks/, where it would land otherwise)
+PATH_VARIABLES = ("OFL_CACHE_DIR", "OFL_DATA_ROOT")
+
+
+def resolve_path_variables(env: dict | None = None) -> None:
+    """Make each relative :data:`PATH_VARIABLES` entry of ``env`` (default: this process's
+    environment, which the kernels inherit) absolute against the current folder."""
+    env = os.environ if env is None else env
+    for name in PATH_VARIABLES:
+        value = env.get(name)
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            env[name] = os.path.abspath(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    resolve_path_variables()
     try:
         tasks = make_tasks(args)
         cfg = executor_config(args)
+        load_gaps(RESULTS_DIR / "gaps.yaml")  # the report needs it: checked before any task
         if args.dry_run:
             return dry_run(tasks, cfg, args)
         check_out(args.out)
@@ -236,15 +254,24 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         results = run_grid(tasks, args.out, cfg, resume=not args.no_resume)
-    except (MissingDependencyError, NoGpuError, OSError) as e:  # OSError: no scheduler there
-        print(f"error: {e}", file=sys.stderr)
+    except (MissingDependencyError, NoGpuError, OSError, BookkeepingError) as e:
+        print(f"error: {e}", file=sys.stderr)  # OSError: no scheduler there
         return 2
     except KeyboardInterrupt:
-        index = build_report(args.out)
+        try:
+            index = build_report(args.out)
+        except OSError as e:
+            print(f"\ninterrupted; the report could not be written ({e})", file=sys.stderr)
+            return 130
         print(f"\ninterrupted: re-run the same command to finish the grid "
               f"(finished tasks are kept); report of what finished: {index}")
         return 130
-    index = build_report(args.out, results)
+    try:
+        index = build_report(args.out, results)
+    except OSError as e:
+        print(f"error: the report could not be written ({e.strerror or e}"
+              + (f": {e.filename}" if e.filename else "") + ")", file=sys.stderr)
+        return 2
     n = {s: sum(r.status == s for r in results) for s in ("done", "skipped", "failed")}
     print(f"\n{len(results)} tasks: {n['done']} ran, {n['skipped']} skipped (already done), "
           f"{n['failed']} failed, in {time.perf_counter() - t0:.0f}s")

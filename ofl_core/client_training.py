@@ -11,12 +11,15 @@ at once (an interrupted run loses at most the clients in progress), and return t
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -72,6 +75,43 @@ class ClientKind:
     #: what else keys a client's cache entry on this device (precision, kernels that round
     #: differently)
     device_key: Callable[[Any, str | torch.device], dict] = lambda cfg, device: {}
+    #: the source files (globs under ``ofl_core/``) that define how this kind trains: their
+    #: hash keys every cache entry (:func:`client_code_version`), so an edit of them trains
+    #: the clients again while an edit elsewhere in the library keeps the cache
+    code: tuple[str, ...] = ()
+
+
+#: pins the client-training code version of the cache keys (keep an expensive cache across
+#: edits on purpose): its value replaces the source hash in every key; ``none`` keys as before
+#: the code version was part of the key. Records name the pin and the code's real hash.
+CLIENT_CODE_ENV = "OFL_CLIENT_CODE"
+
+#: what every client kind's training runs through (the driver, seeds, precision)
+_SHARED_CODE = ("client_training.py", "clients.py", "seeds.py", "precision.py")
+
+
+@functools.cache
+def source_digest(files: tuple[str, ...], root: Path | None = None) -> str:
+    """A hash of the source files matching ``files`` (globs) under ``root`` (default: the
+    installed ``ofl_core``), read once per process."""
+    root = Path(__file__).resolve().parent if root is None else root
+    paths = sorted({p for pattern in files for p in root.glob(pattern) if p.is_file()})
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def client_code_version(kind: ClientKind) -> tuple[str | None, str]:
+    """The code version that keys ``kind``'s cache entries (None: none, as pinned) and how a
+    record names it: the source hash of the kind's training code, or the pin of
+    ``$OFL_CLIENT_CODE`` with the real hash beside it (``"<pin> (pinned; code <hash>)"``)."""
+    real = source_digest(tuple(sorted({*_SHARED_CODE, *kind.code})))
+    pin = os.environ.get(CLIENT_CODE_ENV, "").strip()
+    if not pin:
+        return real, real
+    label = f"{pin} (pinned; code {real})"
+    return (None if pin.lower() == "none" else pin), label
 
 
 def _train_classifier(job: ClientJob) -> State:
@@ -95,7 +135,8 @@ def _classifier_device_key(cfg: LocalTrainConfig, device: str | torch.device) ->
 
 
 CLASSIFIER = ClientKind("clients", _train_classifier, train_key_payload, _classifier_upload,
-                        device_key=_classifier_device_key)
+                        device_key=_classifier_device_key,
+                        code=("grouped_training.py", "augment.py", "models/*.py"))
 
 
 def client_kind(cfg: Any) -> ClientKind:
@@ -222,6 +263,9 @@ def train_clients(
         keys = [{**key, "trainer": "grouped"} for key in keys]
     # "auto" precision, channels-last or fused Adam depend on the machine: key what they resolve to
     keys = [{**key, **kind.device_key(c, device)} for key, c in zip(keys, cfgs, strict=True)]
+    code, _ = client_code_version(kind)  # clients of other training code are trained again
+    if code is not None:
+        keys = [{**key, "code": code} for key in keys]
     with cache_lock(cache, keys):  # concurrent tasks train shared clients once
         states = cached_states(cache, kind, keys, dataset, partition, cfgs, seed)
         todo = [k for k in range(m) if k not in states]
@@ -261,5 +305,6 @@ def train_clients(
     return [kind.upload(k, states[k], dataset, partition, cfgs[k], seed) for k in range(m)]
 
 
-__all__ = ["CLASSIFIER", "ClientJob", "ClientKind", "cached_states", "client_kind",
-           "resolve_workers", "train_clients"]
+__all__ = ["CLASSIFIER", "CLIENT_CODE_ENV", "ClientJob", "ClientKind", "cached_states",
+           "client_code_version", "client_kind", "resolve_workers", "source_digest",
+           "train_clients"]

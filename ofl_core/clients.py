@@ -22,7 +22,14 @@ from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .devices import to_device
 from .models import MODEL_NAMES, build_model
-from .models.cvae import CVAE_VARIANTS, build_decoder
+from .models.base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS
+from .models.cvae import (
+    CVAE_VARIANTS,
+    MAX_CLASSES,
+    MAX_IMAGE_SIZE,
+    MAX_LATENT_DIM,
+    build_decoder,
+)
 from .precision import resolve_amp
 from .presets import check_preset
 from .progress import progress_bar
@@ -116,6 +123,15 @@ class ClientUpload:
     label_counts: tuple[int, ...] | None = None
     kind: str = "classifier"
 
+    def __post_init__(self) -> None:
+        # counts given as a numpy array or a list are kept as a tuple (a server tests
+        # ``label_counts or ()``, which an array cannot answer); validation checks the values
+        lc = self.label_counts
+        if isinstance(lc, np.ndarray) and lc.ndim == 1:
+            object.__setattr__(self, "label_counts", tuple(lc.tolist()))
+        elif isinstance(lc, list):
+            object.__setattr__(self, "label_counts", tuple(lc))
+
 
 class UploadError(ValueError):
     """A client upload the server cannot accept (unknown architecture, bad shapes, NaN/inf)."""
@@ -132,7 +148,7 @@ MAX_LABEL_COUNT = 10**12
 def check_upload_header(upload: ClientUpload, num_classes: int, in_channels: int,
                         image_size: int) -> None:
     """Check what an upload claims against the server's task before any model is built: the
-    class count, image shape and sample count (FedAvg weights by it)."""
+    class count, image shape, then every size field of its kind (:func:`check_upload_sizes`)."""
     who = f"client {upload.client_id}"
     claimed = (upload.num_classes, upload.in_channels, upload.image_size)
     if claimed != (num_classes, in_channels, image_size):
@@ -140,9 +156,54 @@ def check_upload_header(upload: ClientUpload, num_classes: int, in_channels: int
             f"{who}: upload is for {upload.num_classes} classes, {upload.in_channels}×"
             f"{upload.image_size}² images, but the task has {num_classes} classes, "
             f"{in_channels}×{image_size}² images")
+    check_upload_sizes(upload)
+
+
+def _bounded_int(v: object, lo: int, hi: int) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) \
+        and lo <= v <= hi
+
+
+def check_upload_sizes(upload: ClientUpload) -> None:
+    """Every size field an upload declares, bounded before anything is built from it: the
+    class count (≤ ``MAX_CLASSES``), image channels and side (what the zoo builds), the sample
+    count (1 … :data:`MAX_LABEL_COUNT`; FedAvg weights by it), a classifier's options (only
+    those its architecture takes), a decoder's ``latent_dim`` (1 … ``MAX_LATENT_DIM``, and the
+    width its uploaded ``fc.weight`` has) and label counts."""
+    who = f"client {upload.client_id}"
+    if not _bounded_int(upload.num_classes, 1, MAX_CLASSES):
+        raise UploadError(f"{who}: num_classes must be an integer in 1 … {MAX_CLASSES} (got "
+                          f"{upload.num_classes!r})")
+    if upload.in_channels not in VALID_IN_CHANNELS or isinstance(upload.in_channels, bool):
+        raise UploadError(f"{who}: in_channels must be one of {VALID_IN_CHANNELS} (got "
+                          f"{upload.in_channels!r})")
+    sizes = VALID_IMAGE_SIZES if upload.kind == "classifier" else range(1, MAX_IMAGE_SIZE + 1)
+    if not _bounded_int(upload.image_size, 1, MAX_IMAGE_SIZE) or upload.image_size not in sizes:
+        raise UploadError(f"{who}: image_size must be one of {VALID_IMAGE_SIZES} (a "
+                          f"classifier) or ≤ {MAX_IMAGE_SIZE} (a decoder), got "
+                          f"{upload.image_size!r}")
     n = upload.num_samples
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UploadError(f"{who}: num_samples must be a positive integer (got {n!r})")
+    if not _bounded_int(n, 1, MAX_LABEL_COUNT):
+        raise UploadError(f"{who}: num_samples must be a positive integer ≤ "
+                          f"{MAX_LABEL_COUNT:.0e} (got {n!r})")
+    if not isinstance(upload.model_kwargs, dict):
+        raise UploadError(f"{who}: model_kwargs must be a mapping (got "
+                          f"{type(upload.model_kwargs).__name__})")
+    if upload.kind == "classifier":
+        for k, v in upload.model_kwargs.items():
+            if not isinstance(v, bool):  # the zoo's only options are switches (conv_relu)
+                raise UploadError(f"{who}: model_kwargs[{k!r}] must be true or false (got "
+                                  f"{v!r})")
+    elif upload.kind == "decoder":
+        d = upload.model_kwargs.get("latent_dim")
+        if not _bounded_int(d, 1, MAX_LATENT_DIM):
+            raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
+                              f"≤ {MAX_LATENT_DIM} (got {d!r})")
+        w = upload.state_dict.get("fc.weight") if isinstance(upload.state_dict, dict) else None
+        if isinstance(w, torch.Tensor) and w.dim() == 2 and w.shape[1] != d + upload.num_classes:
+            raise UploadError(f"{who}: parameter 'fc.weight' has shape {tuple(w.shape)}, which "
+                              f"does not match model_kwargs['latent_dim'] = {d} (its inputs "
+                              f"are latent_dim + {upload.num_classes} classes)")
 
 
 def build_from_upload(upload: ClientUpload, device: str | torch.device = "cpu",
@@ -169,6 +230,9 @@ def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn
     if kind is not None and upload.kind != kind:
         raise UploadError(f"{who}: this server needs a {kind} upload (kind={kind!r}), got "
                           f"kind={upload.kind!r}")
+    check_state_dict(upload.state_dict, who)
+    if upload.kind in ("classifier", "decoder"):
+        check_upload_sizes(upload)  # before any model is built from them
     if upload.kind == "decoder":
         model, what = _decoder_of(upload, who)
     elif upload.kind == "classifier":
@@ -203,6 +267,27 @@ def validate_upload(upload: ClientUpload, kind: str | None = "classifier") -> nn
     return model
 
 
+def check_state_dict(state: object, who: str) -> None:
+    """An uploaded state dict is a mapping of string names to dense tensors that hold data: a
+    mixed-key, sparse or meta-device state dict is an :class:`UploadError` naming the client
+    and the entry (torch's own errors name neither)."""
+    if not isinstance(state, dict):
+        raise UploadError(f"{who}: state_dict must be a dict of tensors, got "
+                          f"{type(state).__name__}")
+    for k, v in state.items():
+        if not isinstance(k, str):
+            raise UploadError(f"{who}: state_dict key {k!r} ({type(k).__name__}) is not a "
+                              "parameter name (a string)")
+        if not isinstance(v, torch.Tensor):
+            raise UploadError(f"{who}: parameter {k!r} is a {type(v).__name__}, not a tensor")
+        if v.layout != torch.strided:
+            raise UploadError(f"{who}: parameter {k!r} is a {v.layout} tensor; uploads hold "
+                              "dense tensors")
+        if v.is_meta:
+            raise UploadError(f"{who}: parameter {k!r} is on the meta device and holds no "
+                              "values")
+
+
 def _classifier_of(upload: ClientUpload, who: str) -> nn.Module:
     if upload.arch not in MODEL_NAMES:
         raise UploadError(
@@ -220,10 +305,7 @@ def _decoder_of(upload: ClientUpload, who: str) -> tuple[nn.Module, str]:
     if upload.arch not in CVAE_VARIANTS:
         raise UploadError(f"{who}: unknown CVAE variant {upload.arch!r}; known: "
                           f"{', '.join(CVAE_VARIANTS)}")
-    d = upload.model_kwargs.get("latent_dim")
-    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        raise UploadError(f"{who}: model_kwargs['latent_dim'] must be a positive integer "
-                          f"(got {d!r})")
+    d = int(upload.model_kwargs["latent_dim"])  # bounded by check_upload_sizes
     extra_kw = sorted(set(upload.model_kwargs) - {"latent_dim"})
     if extra_kw:
         raise UploadError(f"{who}: unexpected model_kwargs {extra_kw} for a decoder upload")

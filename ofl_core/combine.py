@@ -20,11 +20,16 @@ class Ensemble(nn.Module):
     - ``"mean_softmax"``: mean of softmax probabilities (FedOneShot, paper preset).
     - ``"vote"``: one-hot hard majority vote, ties → lowest class (⚑ FedCVAE's code).
     The output's argmax is the ensemble's prediction in every case.
+
+    ``normalize_logits`` (off by default): each member's logits are standardised per sample
+    (zero mean, unit standard deviation over the classes) before they are combined, so that a
+    member scaling its head cannot outvote the others by the size of its logits.
     """
 
     def __init__(
         self, models: Sequence[nn.Module],
         combine: Literal["mean_logits", "mean_softmax", "vote"] = "mean_logits",
+        normalize_logits: bool = False,
     ) -> None:
         super().__init__()
         if len(models) == 0:
@@ -35,6 +40,7 @@ class Ensemble(nn.Module):
             )
         self.members = nn.ModuleList(models)
         self.combine = combine
+        self.normalize_logits = bool(normalize_logits)
         for mdl in self.members:
             mdl.eval().requires_grad_(False)
 
@@ -45,8 +51,13 @@ class Ensemble(nn.Module):
         return self
 
     def member_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Stacked logits (m, B, C) of every member."""
-        return torch.stack([mdl(x) for mdl in self.members])
+        """Stacked logits (m, B, C) of every member (standardised per sample when
+        ``normalize_logits``)."""
+        logits = torch.stack([mdl(x) for mdl in self.members])
+        if self.normalize_logits:
+            logits = (logits - logits.mean(-1, keepdim=True)) / (
+                logits.std(-1, keepdim=True, unbiased=False) + 1e-6)
+        return logits
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.member_logits(x)

@@ -25,7 +25,7 @@ import torch
 
 from . import __version__
 from .checkpoint import digest
-from .client_training import train_clients
+from .client_training import client_code_version, client_kind, train_clients
 from .clients import ClientUpload, LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
@@ -143,6 +143,7 @@ class Setup:
     ensemble_acc: float | None
     device: str
     local_amp: bool = False  # the clients trained under bfloat16 autocast
+    client_code: str = ""  # the clients' training code version (client_code_version)
 
     def context(self, seed: int | None = None) -> ServerContext:
         ds = self.dataset
@@ -202,6 +203,8 @@ class Setup:
             mean_client_acc=round(sum(accs) / len(accs), 4) if accs else None,
             precision=precision_label(self.local_amp,
                                       resolve_amp(getattr(config, "amp", False), self.device)),
+            client_code=self.client_code,
+            aggregation=robust_label(config),
         )
 
 
@@ -240,7 +243,8 @@ def setup_experiment(
     first = clients[0] if isinstance(clients, Sequence) else clients
     return Setup(cfg=cfg, dataset=ds, partition=part, uploads=uploads, client_accs=accs,
                  ensemble_acc=ens, device=device,
-                 local_amp=resolve_amp(getattr(first, "amp", False), device))
+                 local_amp=resolve_amp(getattr(first, "amp", False), device),
+                 client_code=client_code_version(client_kind(first))[1])
 
 
 def method_key(name: str, config: Any, names: Sequence[str]) -> str:
@@ -294,10 +298,25 @@ def paper_partition(cfg: ExperimentConfig) -> str:
     return "dirichlet" if cfg.partition.startswith("dirichlet") else cfg.partition
 
 
+def robust_label(config: Any) -> str:
+    """How a method's config aggregates robustly ("" for the papers' plain aggregation)."""
+    if getattr(config, "normalize_logits", False):
+        return "normalized_logits"
+    how = getattr(config, "aggregation", "mean")
+    if how == "mean":
+        return ""
+    trim = getattr(config, "trim_fraction", None)
+    return f"{how}({trim:g})" if how == "trimmed_mean" and trim is not None else str(how)
+
+
 def config_hash(cfg: ExperimentConfig, mcfg: Any) -> str:
     """A short hash of an experiment and one method's (or client's) config."""
-    blob = json.dumps({"exp": cfg.hash(), "method": dataclasses.asdict(mcfg)}, sort_keys=True,
-                      default=str)
+    method = dataclasses.asdict(mcfg)
+    for k in getattr(mcfg, "HASH_IF_SET", ()):  # new fields at their defaults: hashes as before
+        f = next(f for f in dataclasses.fields(mcfg) if f.name == k)
+        if method.get(k) == f.default:
+            method.pop(k)
+    blob = json.dumps({"exp": cfg.hash(), "method": method}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -52,6 +52,10 @@ class ResultRecord:
     best_client_acc: float | None = None
     mean_client_acc: float | None = None
     precision: str = ""  # e.g. "local=bf16;server=fp32" ("" in records made before it)
+    #: the clients' training code version (its source hash; a pin says so), "" before it
+    client_code: str = ""
+    #: robust aggregation when it was on (e.g. "median", "trimmed_mean(0.1)"), else ""
+    aggregation: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,8 +101,13 @@ def _finite_or_none(d: dict) -> dict:
 def write_json_atomic(path: Path, obj: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
-    os.replace(tmp, path)
+    text = json.dumps(obj, indent=1, default=_json_default)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:  # disk full, read-only, interrupted: no temp file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _json_default(o: object) -> object:

@@ -25,10 +25,12 @@ import contextlib
 import errno
 import hashlib
 import inspect
+import io
 import json
 import os
 import warnings
 from collections.abc import Iterable, Iterator
+from glob import escape as glob_escape
 from pathlib import Path
 
 import platformdirs
@@ -60,6 +62,41 @@ def state_hash(state: dict[str, torch.Tensor]) -> str:
         h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]
+
+
+def save_file(obj: object, path: Path) -> None:
+    """``torch.save`` of ``obj`` to ``path``, serialised in memory first and then written, so
+    that a full disk is Python's ``OSError`` ("No space left on device") rather than torch's
+    "unexpected pos" from its zip writer."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with open(path, "wb") as f:
+        f.write(buf.getbuffer())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process, or not a pid we can judge: keep its file
+    return True
+
+
+def remove_stale_temps(folder: Path, stem: str) -> None:
+    """Delete ``.<stem>.<pid>[.<thread>].tmp`` files whose writing process no longer runs (a
+    write killed midway leaves one; nothing else would remove it). A file of a live process,
+    or whose name gives no pid, is left alone. The pid is judged on this machine: a cache
+    folder shared by several machines keeps this caveat (a foreign write's temp file may be
+    removed, and that write then warns and is skipped)."""
+    for tmp in Path(folder).glob(f".{glob_escape(stem)}.*.tmp"):
+        parts = tmp.name[len(stem) + 2:].split(".")
+        if not parts or not parts[0].isdigit() or int(parts[0]) == os.getpid():
+            continue
+        if not _pid_alive(int(parts[0])):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def check_cache_root(root: Path, source: str) -> None:
@@ -147,7 +184,8 @@ class UploadCache:
         meta = json.dumps(payload, sort_keys=True, default=str)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            torch.save({"state": state, "meta": meta}, tmp)
+            remove_stale_temps(self.root, p.stem)
+            save_file({"state": state, "meta": meta}, tmp)
             os.replace(tmp, p)
         except (OSError, RuntimeError) as e:  # torch.save wraps some OS errors
             tmp.unlink(missing_ok=True)

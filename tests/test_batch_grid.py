@@ -35,7 +35,7 @@ def test_run_grid_skips_finished_runs_duplicates_once_and_marks_lost_tasks(tmp_p
     lost = Task("partitions", {"alphas": [0.3], "lost": True})
     nb, js = task_paths(tmp_path, done, done.run_id(NOTEBOOK_DIR))
     nb.parent.mkdir(parents=True)
-    nb.write_text("{}")
+    nb.write_text('{"cells": []}')
     js.write_text(json.dumps({"status": "done"}))
     ex = RecordingExecutor()
     res = run_grid([done, todo, todo, lost], tmp_path, ExecutorConfig(), log=False, executor=ex)

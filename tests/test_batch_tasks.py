@@ -55,7 +55,7 @@ def test_finished_needs_a_done_sidecar_and_the_notebook(tmp_path):
     nb.parent.mkdir(parents=True)
     js.write_text(json.dumps({"status": "done"}))
     assert not is_finished(tmp_path, t, "r1")  # no notebook
-    nb.write_text("{}")
+    nb.write_text('{"cells": []}')
     assert is_finished(tmp_path, t, "r1")
     js.write_text('{"status": "do')
     assert not is_finished(tmp_path, t, "r1")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
+from .yamlfile import load_yaml
 
 EXECUTORS = ("local", "dask", "submitit")
 #: ``cluster`` values each executor accepts (None: its default).
@@ -132,7 +133,7 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if not Path(path).is_file():
         raise ValueError(f"--cluster-config: executor config file {path} not found")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(path) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ValueError(f"--cluster-config {path}: not valid YAML "
                          f"({str(e).splitlines()[0]})") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results import alpha_key, paper_results
+from .yamlfile import load_yaml
 
 REQUIRED = ("paper", "table", "dataset", "method", "why")
 OPTIONAL = ("alpha", "partition", "num_clients", "setting", "presets", "see")
@@ -112,7 +113,7 @@ def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list
     if not path.is_file():
         return []
     try:
-        data = yaml.safe_load(path.read_text()) or []
+        data = load_yaml(path) or []
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(data, list):

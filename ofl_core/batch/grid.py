@@ -13,12 +13,11 @@ import concurrent.futures as cf
 import json
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .config import ExecutorConfig
-from .execute import run_task_spec
+from .execute import code_version, run_task_spec
 from .executors import InlineExecutor, SubmititExecutor, make_executor
 from .slurm import SchedulerJobError
 from .tasks import (
@@ -27,6 +26,7 @@ from .tasks import (
     TaskResult,
     TaskSpec,
     figures_dir_for,
+    made_by,
     record_outcome,
     spec_finished,
 )
@@ -53,6 +53,20 @@ def make_specs(
     return specs
 
 
+class BookkeepingError(RuntimeError):
+    """The batch could not write its own bookkeeping (a task's failure record in
+    ``<out>/runs``: disk full, read-only folder): the batch stops, since nothing it runs next
+    could be recorded either."""
+
+
+def _bookkeeping_error(e: BaseException, out: str) -> BookkeepingError:
+    what = (f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+            if isinstance(e, OSError) else f"{type(e).__name__}: {e}")
+    return BookkeepingError(f"cannot record the batch's outcomes in {out}/runs ({what}); free "
+                            "space or make it writable, then re-run the same command "
+                            "(finished tasks are kept)")
+
+
 def _failed(spec: TaskSpec, e: BaseException) -> TaskResult:
     msg = " ".join(f"{type(e).__name__}: {e}".split())[:500]
     return TaskResult(spec.task, spec.run_id, "failed", error=f"the worker lost the task ({msg})")
@@ -76,8 +90,13 @@ def run_grid(
             todo.setdefault((s.task.notebook, s.run_id), []).append(i)
     n = len(specs)
     if log:
+        now = code_version() if results else ""
         for i in sorted(results):
-            print(f"[{i + 1}/{n}] {specs[i].label}: already done, skipped", flush=True)
+            s = specs[i]
+            old = made_by(Path(s.out), s.task, s.run_id)
+            stale = (f" (stale: made by {old or 'code that recorded no version'}, this is "
+                     f"{now}; --no-resume redoes it)" if old != now else "")
+            print(f"[{i + 1}/{n}] {s.label}: already done, skipped{stale}", flush=True)
     if todo:
         own = executor is None
         ex = make_executor(config, out) if own else executor
@@ -101,29 +120,50 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
     done_count = [n - sum(len(v) for v in todo.values())]
     guard = threading.Lock()
 
-    def finish(i: int, fut: cf.Future) -> None:
-        s = specs[i]
+    fatal: list[BaseException] = []  # a bookkeeping write that failed: the batch stops
+    stop = threading.Event()  # set when every result is in, or at the first fatal error
+
+    def outcome(s: TaskSpec, fut: cf.Future) -> TaskResult:
         try:
-            res = fut.result()
+            return fut.result()
         except cf.CancelledError as e:
             why = str(e) or "the run was interrupted before the task finished"
-            res = TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({why})")
+            return TaskResult(s.task, s.run_id, "failed", error=f"cancelled ({why})")
         except SchedulerJobError as e:  # its batch job ended: cancelled, walltime, ...
-            res = TaskResult(s.task, s.run_id, "failed", error=str(e), detail=e.detail)
+            return TaskResult(s.task, s.run_id, "failed", error=str(e), detail=e.detail)
         except Exception as e:  # noqa: BLE001 - e.g. KilledWorker, a lost SLURM job
-            res = _failed(s, e)
-        record_outcome(Path(s.out), res)
+            return _failed(s, e)
+
+    def finish(i: int, fut: cf.Future) -> None:
+        """A done-callback: concurrent.futures logs and drops what a callback raises, so
+        nothing may escape here; every path stores a result (or a fatal error) and wakes the
+        waiting thread."""
+        s = specs[i]
+        res = TaskResult(s.task, s.run_id, "failed", error="its outcome could not be read")
+        try:
+            res = outcome(s, fut)
+            record_outcome(Path(s.out), res)
+        except BaseException as e:  # noqa: BLE001 - see the docstring
+            with guard:
+                fatal.append(e)
+            stop.set()
         with guard:
             for j in todo[(s.task.notebook, s.run_id)]:
                 results[j] = res
                 done_count[0] += 1
             k = done_count[0]
+            if k >= n:
+                stop.set()
         if log:
             msg = (f"{res.n_records} records" if res.status == "done"
                    else "finished meanwhile, skipped" if res.status == "skipped"
                    else f"FAILED: {res.error}")
             where = f"[{i + 1}/{n}]" if inline else f"[{k}/{n} finished]"
-            print(f"{where} {s.label}: {res.status} in {res.seconds:.1f}s, {msg}", flush=True)
+            try:
+                print(f"{where} {s.label}: {res.status} in {res.seconds:.1f}s, {msg}",
+                      flush=True)
+            except OSError:  # a closed or full stdout loses a line, not the outcome
+                pass
 
     futs: list[cf.Future] = []
     if isinstance(ex, SubmititExecutor):
@@ -142,6 +182,9 @@ def _run_pending(ex: cf.Executor, specs: Sequence[TaskSpec],
             fut = ex.submit(run_task_spec, specs[i])
             fut.add_done_callback(lambda f, i=i: finish(i, f))  # inline: runs at once
             futs.append(fut)
-    cf.wait(futs)
-    while any(j not in results for idx in todo.values() for j in idx):  # callbacks may lag
-        time.sleep(0.01)
+            if fatal:
+                break
+    while not stop.wait(0.5):  # every result in, or a fatal error (callbacks may lag)
+        pass
+    if fatal:
+        raise _bookkeeping_error(fatal[0], specs[0].out) from fatal[0]

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
+from .runfiles import BadRunFile, check_failure, check_run, read_json
 from .scale import run_scale
 from .scoreboard import annotated_frame, boards, entries, further, split, summary
 from .tasks import (
@@ -24,6 +25,7 @@ from .tasks import (
     Task,
     TaskResult,
     effective_parameters,
+    list_notebooks,
     load_grid,
     notebook_defaults,
 )
@@ -33,33 +35,50 @@ FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
 RESULTS_DIR = NOTEBOOK_DIR.parent / "results"  # the checkout of ofl_core.project
 
 
-def _read(js: Path) -> dict | None:
+def _problem(problems: list[dict] | None, js: Path, root: Path, error: str) -> None:
+    if problems is not None:
+        try:
+            name = js.relative_to(root).as_posix()
+        except ValueError:
+            name = str(js)
+        problems.append({"file": name, "error": error})
+
+
+def _load(js: Path, check, notebooks: set[str], problems: list[dict] | None,
+          root: Path) -> dict | None:
+    """``check(json)`` of one run file, or None with its problem listed (naming the file)."""
     try:
-        d = json.loads(js.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return check(read_json(js), js, notebooks)
+    except BadRunFile as e:
+        _problem(problems, js, root, str(e))
         return None
-    return d if isinstance(d, dict) else None
 
 
-def finished_runs(out: Path) -> list[dict]:
-    """Every finished task's sidecar JSON under ``<out>/runs``."""
+def finished_runs(out: Path, problems: list[dict] | None = None) -> list[dict]:
+    """Every finished task's sidecar JSON under ``<out>/runs``, each checked
+    (:mod:`~ofl_core.batch.runfiles`); a bad one is left out and listed in ``problems``."""
     runs = []
+    notebooks = set(list_notebooks())
     for js in sorted((Path(out) / "runs").glob("*/*.json")):
-        d = _read(js)
-        if d is not None and d.get("status") == "done" and not js.name.endswith(".failed.json"):
+        if js.name.endswith(".failed.json"):
+            continue
+        d = _load(js, check_run, notebooks, problems, Path(out))
+        if d is not None:
             d["_ipynb"] = str(js.with_suffix(".ipynb"))
             runs.append(d)
     return runs
 
 
-def failed_runs(out: Path, failures: Iterable[TaskResult] = ()) -> list[dict]:
+def failed_runs(out: Path, failures: Iterable[TaskResult] = (),
+                problems: list[dict] | None = None) -> list[dict]:
     """Failures kept in ``<out>/runs`` (earlier runs too) and this batch's, newest first; a
     task that has since finished is not a failure."""
     found: dict[tuple[str, str], dict] = {}
+    notebooks = set(list_notebooks())
     for js in sorted((Path(out) / "runs").glob("*/*.failed.json")):
-        d = _read(js)
+        d = _load(js, check_failure, notebooks, problems, Path(out))
         if d is not None:
-            found[(d.get("notebook", ""), d.get("run_id", ""))] = d
+            found[(d["notebook"], d["run_id"])] = d
     for f in failures:
         if f.status == "failed":
             found[(f.task.notebook, f.run_id)] = {
@@ -91,13 +110,19 @@ def _render_notebook(src: Path, page: Path) -> str | None:
     return None
 
 
-def shipped_runs(results: Path = RESULTS_DIR) -> list[dict]:
-    """Finished runs shipped in ``results/`` (``<notebook>/<run_id>.json``), marked shipped."""
+def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None) -> list[dict]:
+    """Finished runs shipped in ``results/`` (``<notebook>/<run_id>.json`` for each of the
+    project's notebooks), marked shipped; each checked as a sidecar is, a bad one left out and
+    listed in ``problems`` (other folders of ``results/`` hold other measurements)."""
     runs = []
-    for js in sorted(Path(results).glob("*/*.json")):
-        d = _read(js)
-        if d is not None and d.get("status") == "done":
-            runs.append({**d, "shipped": str(js.relative_to(Path(results).parent))})
+    notebooks = set(list_notebooks())
+    results = Path(results)
+    for js in sorted(results.glob("*/*.json")):
+        if js.parent.name not in notebooks:
+            continue
+        d = _load(js, check_run, notebooks, problems, results.parent)
+        if d is not None:
+            runs.append({**d, "shipped": js.relative_to(results.parent).as_posix()})
     return runs
 
 
@@ -185,15 +210,22 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     out = Path(out)
     rep = out / "report"
     rep.mkdir(parents=True, exist_ok=True)
-    fails = failed_runs(out, failures)
-    mine = finished_runs(out)
+    problems: list[dict] = []  # files the report does not believe, one entry each
+    fails = failed_runs(out, failures, problems)
+    mine = finished_runs(out, problems)
     have = {(r["notebook"], r["run_id"]) for r in mine}
-    shipped = [r for r in (shipped_runs(results) if results is not None else [])
+    shipped = [r for r in (shipped_runs(results, problems) if results is not None else [])
                if (r["notebook"], r["run_id"]) not in have]
     runs = _prepare_runs(mine + shipped, rep, fails)
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
-    ent = entries(matched, load_gaps(results / "gaps.yaml") if results is not None else [])
+    gaps: list[Gap] = []
+    if results is not None:
+        try:
+            gaps = load_gaps(results / "gaps.yaml")
+        except ValueError as e:  # the scoreboard without explanations, the file listed
+            problems.append({"file": (results / "gaps.yaml").name, "error": str(e)})
+    ent = entries(matched, gaps)
     every = paper_cell_set()
     cov = coverage([planned_cells(t.notebook, effective_parameters(t), every)
                     for t in load_grid(FULL_GRID)])
@@ -202,7 +234,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
-        taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json)
+        taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json, problems=problems)
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:

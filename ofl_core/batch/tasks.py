@@ -12,7 +12,9 @@ and parses (and whose notebook is there) is finished. Figures go to
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -23,6 +25,7 @@ from pathlib import Path
 from ..project import notebook_dir
 from ..results import write_json_atomic
 from .param_types import check_value, literal_default
+from .yamlfile import load_yaml
 
 
 def _default_notebook_dir() -> Path:
@@ -61,9 +64,22 @@ class TaskResult:
     detail: str = ""  # a failure's last traceback lines
 
 
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    """What a file's cached inspection is keyed on: its path, modification time and size (an
+    edited notebook is inspected again)."""
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_mtime_ns, st.st_size
+
+
 def notebook_source_hash(path: Path) -> str:
-    """Hash of a notebook's cell types and sources (outputs and metadata ignored)."""
-    nb = json.loads(path.read_text())
+    """Hash of a notebook's cell types and sources (outputs and metadata ignored); computed
+    once per notebook file version and process (a grid of 10⁶ tasks reads each notebook once)."""
+    return _source_hash(*_stat_key(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _source_hash(path: str, mtime_ns: int, size: int) -> str:
+    nb = json.loads(Path(path).read_text())
     h = hashlib.sha256()
     for c in nb.get("cells", []):
         src = c.get("source", "")
@@ -80,15 +96,26 @@ def task_id(notebook_path: Path, parameters: dict) -> str:
 
 def list_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[str]:
     """Notebook names (without .ipynb) in ``notebook_dir``, sorted; partitions first."""
-    names = sorted(p.stem for p in notebook_dir.glob("*.ipynb"))
-    return sorted(names, key=lambda n: (n != "partitions", n))
+    return list(_notebooks(*_stat_key(notebook_dir)))
+
+
+@functools.lru_cache(maxsize=16)
+def _notebooks(notebook_dir: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    names = sorted(p.stem for p in Path(notebook_dir).glob("*.ipynb"))
+    return tuple(sorted(names, key=lambda n: (n != "partitions", n)))
 
 
 def notebook_parameters(path: Path) -> dict:
-    """The notebook's ``parameters`` cell as papermill sees it (name → info dict)."""
+    """The notebook's ``parameters`` cell as papermill sees it (name → info dict), inspected
+    once per notebook file version and process (about 2 ms each time otherwise)."""
+    return copy.deepcopy(_inspect(*_stat_key(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _inspect(path: str, mtime_ns: int, size: int) -> dict:
     import papermill
 
-    return papermill.inspect_notebook(str(path))
+    return papermill.inspect_notebook(path)
 
 
 def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
@@ -147,7 +174,7 @@ def _load_grid_file(path: Path) -> list[Task]:
     if not Path(path).is_file():
         raise ValueError(f"grid file {path} not found")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(path) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -185,15 +212,28 @@ def task_paths(out: Path, task: Task, run_id: str) -> tuple[Path, Path]:
 
 def is_finished(out: Path, task: Task, run_id: str) -> bool:
     """Whether the task finished: its sidecar JSON (written last, atomically) parses as a dict
-    with ``status: done``, and its executed notebook is there. Anything else is redone."""
+    with ``status: done``, and its executed notebook is there and readable (a notebook the
+    report cannot read is listed as failed, so the task is redone). Anything else is redone."""
     nb, js = task_paths(out, task, run_id)
     if not js.is_file() or not nb.is_file():
         return False
     try:
         d = json.loads(js.read_text())
+        saved = json.loads(nb.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return isinstance(d, dict) and d.get("status") == "done"
+    return (isinstance(d, dict) and d.get("status") == "done" and isinstance(saved, dict)
+            and isinstance(saved.get("cells"), list))
+
+
+def made_by(out: Path, task: Task, run_id: str) -> str | None:
+    """The ``code_version`` a finished task's sidecar names (None when it names none)."""
+    try:
+        d = json.loads(task_paths(out, task, run_id)[1].read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    v = d.get("code_version") if isinstance(d, dict) else None
+    return v if isinstance(v, str) else None
 
 
 def failure_path(out: Path, notebook: str, run_id: str) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..upload_cache import file_lock, payload_key
+from ..upload_cache import file_lock, payload_key, remove_stale_temps, save_file
 
 #: bump when the layout of a checkpoint (or of a method's state in it) changes
 CHECKPOINT_FORMAT = 1
@@ -97,7 +97,8 @@ class CheckpointFile:
                       "sha256": hashlib.sha256(buf.getbuffer()).hexdigest(), "state": blob}
             self.root.mkdir(parents=True, exist_ok=True)
             with self.lock():
-                torch.save(record, tmp)
+                remove_stale_temps(self.root, self.key)  # of writes killed midway
+                save_file(record, tmp)
                 os.replace(tmp, self.path)
         except (OSError, RuntimeError) as e:  # torch.save wraps some OS errors
             with contextlib.suppress(OSError):  # e.g. the cache "folder" is a file

@@ -342,4 +342,5 @@ def _decoder_device_key(cfg: CVAETrainConfig, device: str | torch.device) -> dic
 
 #: FedCVAE's client kind for :func:`ofl_core.client_training.train_clients`
 DECODER = ClientKind("CVAE clients", _train_decoder, _decoder_key, _decoder_upload,
-                     _check_decoder_data, upload_kind="decoder", device_key=_decoder_device_key)
+                     _check_decoder_data, upload_kind="decoder", device_key=_decoder_device_key,
+                     code=("fedcvae/clients.py", "models/cvae.py"))

@@ -4,6 +4,7 @@ methods try to reach (SPEC §4, "Ensemble (teacher) accuracy is always reported 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
@@ -13,9 +14,17 @@ from ..validation import check_config
 
 @dataclass(frozen=True)
 class EnsembleConfig:
-    """Mean of logits, D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1), in both presets."""
+    """Mean of logits, D(x) = (1/m) Σ_k f_k(x) (DENSE Eq. 1), in both presets.
+
+    ``normalize_logits`` (off by default): each client's logits are standardised per sample
+    before the mean (:class:`~ofl_core.combine.Ensemble`), so one client scaling its head
+    cannot decide the prediction; records name it when on (``ResultRecord.aggregation``)."""
 
     preset: str = "paper"
+    normalize_logits: bool = False
+
+    #: left out of the record's config hash while at its default (earlier hashes stay)
+    HASH_IF_SET: ClassVar[tuple[str, ...]] = ("normalize_logits",)
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -28,7 +37,8 @@ class EnsembleConfig:
 def run(uploads: list[ClientUpload], cfg: EnsembleConfig, ctx: ServerContext) -> ServerResult:
     models = [build_from_upload(u, ctx.device) for u in uploads]
     return ServerResult(method="ensemble", preset=cfg.preset,
-                        model=Ensemble(models, combine="mean_logits"))
+                        model=Ensemble(models, combine="mean_logits",
+                                       normalize_logits=cfg.normalize_logits))
 
 
 SPEC = MethodSpec(

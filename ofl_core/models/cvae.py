@@ -41,8 +41,21 @@ CVAE_VARIANTS: tuple[str, ...] = ("cvae", "cvae_small")
 """Names of the CVAE architectures (the ``arch`` of a decoder upload)."""
 
 
+#: the largest latent size, image side and class count a CVAE is built for (FedCVAE uses latent
+#: sizes of 5 to 100 on 32-pixel images of 10 classes): a size field beyond them is refused
+#: before any layer is allocated (a decoder of latent_dim 10⁶ took 870 MiB)
+MAX_LATENT_DIM = 1024
+MAX_IMAGE_SIZE = 256
+MAX_CLASSES = 1000
+
+
 def _check(variant: str, num_classes: int, in_channels: int, image_size: int,
            latent_dim: int) -> None:
+    for name, v, hi in (("num_classes", num_classes, MAX_CLASSES),
+                        ("image_size", image_size, MAX_IMAGE_SIZE),
+                        ("latent_dim", latent_dim, MAX_LATENT_DIM)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
+            raise ValueError(f"{name} must be an integer in 1 … {hi} (got {v!r})")
     if variant not in CVAE_VARIANTS:
         raise ValueError(f"unknown CVAE variant {variant!r}; known: {', '.join(CVAE_VARIANTS)}")
     if in_channels not in (1, 3):
