@@ -127,7 +127,7 @@ def _classifier_upload(k: int, state: State, dataset: ImageDataset, partition: P
     return ClientUpload(client_id=k, arch=cfg.arch, state_dict=state,
                         num_classes=dataset.num_classes, in_channels=dataset.channels,
                         image_size=dataset.image_size, num_samples=int(partition.sizes[k]),
-                        model_kwargs=dict(cfg.model_kwargs))
+                        model_kwargs=cfg.model_options)
 
 
 def _classifier_device_key(cfg: LocalTrainConfig, device: str | torch.device) -> dict:

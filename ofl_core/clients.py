@@ -21,7 +21,7 @@ from .augment import random_crop_flip
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .devices import to_device
-from .models import MODEL_NAMES, build_model
+from .models import MODEL_NAMES, build_model, check_input_norm
 from .models.base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS
 from .models.cvae import (
     CVAE_VARIANTS,
@@ -59,6 +59,13 @@ class LocalTrainConfig:
     equal up to rounding) and ``amp`` (bfloat16 autocast; "auto" = where bfloat16 is native,
     :mod:`ofl_core.precision`; measured against float32 in docs/decisions/clients.md; False keeps
     float32).
+
+    ``input_norm`` (a name of :data:`~ofl_core.models.base.INPUT_NORMS`): the normalisation the
+    client's model applies to its [0, 1] input, ``"none"`` (raw pixels, DENSE's code) or
+    ``"half"`` ((x − 0.5)/0.5, ⚑ Co-Boosting's code). It is part of the model (its upload's
+    ``model_kwargs`` name it, so servers, FedAvg and evaluation rebuild the same function) and
+    of the cache key only when not ``"none"`` (the keys of raw-input clients are those from
+    before the field existed).
     """
 
     arch: str = "cnn_mnist"
@@ -77,9 +84,11 @@ class LocalTrainConfig:
     shared_init: bool = True
     channels_last: bool | Literal["auto"] = "auto"
     amp: bool | Literal["auto"] = "auto"
+    input_norm: str = "none"
     preset: str = "paper"
 
     def __post_init__(self) -> None:
+        check_input_norm(self.input_norm, "LocalTrainConfig.input_norm")
         check_config(self, {"epochs": NONNEG, "lr": POSITIVE, "momentum": NONNEG,
                             "weight_decay": NONNEG, "batch_size": COUNT,
                             "ldam_max_margin": NONNEG, "ldam_scale": POSITIVE})
@@ -96,12 +105,24 @@ class LocalTrainConfig:
         return replace(base, **overrides)
 
     def key_fields(self) -> dict:
-        """The fields as a dict for cache keys and hashes; ``shared_init`` only when False
-        (the keys of shared-init clients are those from before the field existed)."""
+        """The fields as a dict for cache keys and hashes; ``shared_init`` only when False and
+        ``input_norm`` only when not ``"none"`` (the keys of the clients without them are those
+        from before these fields existed)."""
         d = asdict(self)
         if d["shared_init"]:
             d.pop("shared_init")
+        if d["input_norm"] == "none":
+            d.pop("input_norm")
         return d
+
+    @property
+    def model_options(self) -> dict[str, object]:
+        """The model's options: ``model_kwargs``, with ``input_norm`` when not ``"none"`` (what
+        :func:`~ofl_core.models.build_model` takes and an upload's ``model_kwargs`` carry)."""
+        opts = dict(self.model_kwargs)
+        if self.input_norm != "none":
+            opts["input_norm"] = self.input_norm
+        return opts
 
 
 @dataclass(frozen=True, eq=False)
@@ -376,15 +397,14 @@ def train_local(
     init_from: int = 0,
     client_id: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """Train one client's model on its data (uint8 images ``x``, labels ``y``); return its
-    state_dict on the CPU. Data stays a device tensor, shuffled by a generator seeded ``seed``;
-    initial weights come from the experiment seed ``init_from`` — common to all clients, or
-    client ``client_id``'s own with ``cfg.shared_init=False``
-    (:func:`~ofl_core.seeds.classifier_init_seed`)."""
+    """Train one client's model on its data (uint8 images ``x``, labels ``y``, fed to the model
+    in [0, 1]: the model applies ``cfg.input_norm`` itself); return its state_dict on the CPU.
+    Data stays a device tensor, shuffled by a generator seeded ``seed``; initial weights come
+    from the experiment seed ``init_from`` — common to all clients, or client ``client_id``'s
+    own with ``cfg.shared_init=False`` (:func:`~ofl_core.seeds.classifier_init_seed`)."""
     dev = torch.device(device)
     model = init_model(cfg.arch, num_classes, int(x.shape[1]), int(x.shape[-1]),
-                       classifier_init_seed(init_from, client_id, cfg),
-                       **dict(cfg.model_kwargs))
+                       classifier_init_seed(init_from, client_id, cfg), **cfg.model_options)
     if init_state is not None:
         model.load_state_dict(init_state)
     model.to(dev).train()

@@ -43,11 +43,12 @@ _GROUPABLE = (CNNMnist, CNNCifar)
 
 def groupable(cfg: LocalTrainConfig, n_clients: int) -> bool:
     """Whether :func:`train_grouped` can train these clients (else train one at a time): SGD
-    clients of a groupable CNN sharing one initialisation (``cfg.shared_init``)."""
+    clients of a groupable CNN sharing one initialisation (``cfg.shared_init``) on raw [0, 1]
+    inputs (``cfg.input_norm == "none"``: the grouped forward does not normalise)."""
     probe = init_model(cfg.arch, 10, 1 if cfg.arch == "cnn_mnist" else 3,
                        28 if cfg.arch == "cnn_mnist" else 32, 0, **dict(cfg.model_kwargs))
     return (n_clients >= 2 and type(probe) in _GROUPABLE and cfg.optimizer == "sgd"
-            and cfg.shared_init)
+            and cfg.shared_init and cfg.input_norm == "none")
 
 
 class GroupedBatchNorm(nn.BatchNorm2d):
@@ -256,6 +257,9 @@ def train_grouped(
     if not cfg.shared_init:
         raise ValueError("train_grouped starts every client from one shared initialisation; "
                          "train per-client-init clients one at a time (train_local)")
+    if cfg.input_norm != "none":
+        raise ValueError("train_grouped feeds raw [0, 1] inputs; train clients with an "
+                         "input_norm one at a time (train_local)")
     dev = torch.device(device)
     x0 = data[0][0]
     template = init_model(cfg.arch, num_classes, int(x0.shape[1]), int(x0.shape[-1]),

@@ -99,7 +99,7 @@ class MultiRoundResult:
 
 def _common_arch(local_cfg: LocalTrainConfig | Sequence[LocalTrainConfig]) -> LocalTrainConfig:
     cfgs = list(local_cfg) if isinstance(local_cfg, Sequence) else [local_cfg]
-    kinds = sorted({(c.arch, tuple(c.model_kwargs)) for c in cfgs}, key=str)
+    kinds = sorted({(c.arch, tuple(c.model_kwargs), c.input_norm) for c in cfgs}, key=str)
     if len(kinds) > 1:
         raise ValueError(
             "multi-round FL sends the global model back as every client's initialisation, so "
@@ -150,7 +150,7 @@ def run_rounds(
         raise ValueError(f"rounds must be ≥ 1 (got {rounds})")
     base = _common_arch(local_cfg)
     ref = init_model(base.arch, dataset.num_classes, dataset.channels, dataset.image_size, 0,
-                     **dict(base.model_kwargs))
+                     **base.model_options)
 
     def evaluate(mdl: nn.Module) -> float:
         return accuracy(mdl, dataset.x_test, dataset.y_test, device=device)

@@ -61,7 +61,7 @@ def test_presets_field_values() -> None:
     flipped = {f for f in p.__dataclass_fields__ if getattr(p, f) != getattr(c, f)}
     assert flipped == {"preset", "perturb_eps", "weights_include_new", "reinit_generator",
                        "optimize_z", "grad_clip", "kd_weight_decay", "kd_lr_schedule",
-                       "pool_augment"}
+                       "pool_augment", "input_norm", "pool_rounding"}
     assert "coboosting" in METHODS
     assert method_config("coboosting", "authors_code", epochs=2).grad_clip == 10.0
     # the notebooks' server sizes apply to Co-Boosting as to DENSE

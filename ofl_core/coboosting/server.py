@@ -41,6 +41,7 @@ from ..distill.generator import (
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss
 from ..distill.pool import ImagePool, augment_batch
+from ..models import check_input_norm
 from ..presets import check_preset
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from .losses import (
@@ -74,7 +75,13 @@ class CoBoostingConfig(SynthesisConfig):
     z optimised with G); ``grad_clip`` None → 10 (max-norm of the generator's and the student's
     gradients); ``kd_weight_decay`` 0 → 1e-4; ``kd_lr_schedule`` "constant" → "cosine" (over
     ``epochs``); ``pool_augment`` "none" → "auto" (crop+flip for RGB — the code's CIFAR
-    transform — none for grayscale; set "none" for SVHN, whose code transform has none).
+    transform — none for grayscale; set "none" for SVHN, whose code transform has none);
+    ``input_norm`` "none" → "half" (the code feeds every network (x − 0.5)/0.5: here the
+    student's own normalisation, :data:`~ofl_core.models.base.INPUT_NORMS`; the teachers apply
+    the one their uploads name, so clients trained as the code trains them need
+    ``LocalTrainConfig(input_norm="half")``; G still makes [0, 1] images, the pool and the ODS
+    step stay in [0, 1] pixels); ``pool_rounding`` "round" → "floor" (its pool PNGs hold
+    ``(255·x).astype(uint8)``, as DENSE's code's).
 
     Ablations by value: ``hardness=0`` (plain CE), ``weight_lr=0`` (fixed uniform ensemble),
     ``perturb_eps=0`` (no perturbation), ``adv_weight=0``.
@@ -99,6 +106,8 @@ class CoBoostingConfig(SynthesisConfig):
     kd_lr_schedule: Literal["constant", "cosine"] = "constant"
     pool_augment: Literal["auto", "none", "flip", "crop_flip"] = "none"
     pool_uint8: bool = True
+    pool_rounding: Literal["round", "floor"] = "round"
+    input_norm: str = "none"
     log_every: int = 10
     num_images: int = 64
 
@@ -109,6 +118,10 @@ class CoBoostingConfig(SynthesisConfig):
                       "grad_clip"),
             nonnegative=("ce_weight", "bn_weight", "adv_weight", "hardness", "weight_lr",
                          "weight_lr_decay", "perturb_eps", "kd_weight_decay"))
+        check_input_norm(self.input_norm, "CoBoostingConfig.input_norm")
+        if self.pool_rounding not in ("round", "floor"):
+            raise ValueError("CoBoostingConfig.pool_rounding must be 'round' or 'floor' "
+                             f"(got {self.pool_rounding!r})")
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: object) -> CoBoostingConfig:
@@ -118,7 +131,8 @@ class CoBoostingConfig(SynthesisConfig):
         if preset == "authors_code":
             base = replace(base, perturb_eps=4 / 255, weights_include_new=False,
                            reinit_generator=True, optimize_z=True, grad_clip=10.0,
-                           kd_weight_decay=1e-4, kd_lr_schedule="cosine", pool_augment="auto")
+                           kd_weight_decay=1e-4, kd_lr_schedule="cosine", pool_augment="auto",
+                           input_norm="half", pool_rounding="floor")
         return replace(base, **overrides) if overrides else base
 
 
@@ -271,7 +285,8 @@ def pool_augmentation(value: str, in_channels: int) -> str:
 def start(uploads: list[ClientUpload], cfg: CoBoostingConfig, ctx: ServerContext,
           student_state: dict[str, torch.Tensor] | None = None) -> CoBoost:
     """The run's state: teachers, student, generator, w = 1/m, an empty labelled pool."""
-    run_ = open_run(uploads, cfg, ctx, "Co-Boosting", "coboosting", student_state=student_state)
+    run_ = open_run(uploads, cfg, ctx, "Co-Boosting", "coboosting", student_state=student_state,
+                    input_norm=cfg.input_norm)
     dev = run_.device
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, run_.rng,
                           dev).train()
@@ -279,7 +294,8 @@ def start(uploads: list[ClientUpload], cfg: CoBoostingConfig, ctx: ServerContext
                             weight_decay=cfg.kd_weight_decay)
     return CoBoost(run=run_, cfg=cfg, gen=gen,
                    w=torch.full((len(uploads),), 1.0 / len(uploads), device=dev),
-                   pool=ImagePool(uint8=cfg.pool_uint8, device=dev), opt_s=opt_s,
+                   pool=ImagePool(uint8=cfg.pool_uint8, device=dev,
+                                  rounding=cfg.pool_rounding), opt_s=opt_s,
                    augment=pool_augmentation(cfg.pool_augment, ctx.in_channels),
                    zero=torch.zeros((), device=dev))
 
@@ -333,6 +349,8 @@ def coboosting_extras(c: CoBoost) -> dict:
         "kd_steps": c.kd_steps,
         "generator_steps": cfg.epochs * cfg.steps_per_epoch,
         "pool_augment": c.augment,
+        "input_norm": {"student": cfg.input_norm,
+                       "teachers": [getattr(m, "input_norm", "none") for m in c.run.bank.models]},
         "losses": {k: (torch.stack(v).tolist() if v and isinstance(v[0], torch.Tensor) else v)
                    for k, v in c.log.items()},
         "weight_loss": as_floats(c.weight_losses),

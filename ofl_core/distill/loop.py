@@ -37,13 +37,15 @@ T = TypeVar("T")
 
 def server_student(uploads: Sequence, student_arch: str | None, num_classes: int,
                    in_channels: int, image_size: int, seed: int,
-                   device: str | torch.device = "cpu", method: str = "DENSE"
-                   ) -> tuple[nn.Module, str]:
+                   device: str | torch.device = "cpu", method: str = "DENSE",
+                   input_norm: str | None = None) -> tuple[nn.Module, str]:
     """A fresh server model (the student), initialised from ``seed`` only.
 
     ``student_arch=None`` takes the clients' architecture (and its model options) and needs
     homogeneous clients; for heterogeneous clients it raises a clear error asking for one
-    (the papers' server model there is ``"resnet18"``).
+    (the papers' server model there is ``"resnet18"``). ``input_norm``: the normalisation the
+    student applies to its [0, 1] input (:data:`~ofl_core.models.base.INPUT_NORMS`); None = the
+    clients' when it takes their architecture, else none.
     """
     archs = sorted({u.arch for u in uploads})
     if student_arch is None:
@@ -54,6 +56,10 @@ def server_student(uploads: Sequence, student_arch: str | None, num_classes: int
                 "server model of DENSE Table 2 and FedHydra Table 3)")
         student_arch = archs[0]
     kwargs = dict(uploads[0].model_kwargs) if archs == [student_arch] else {}
+    if input_norm is not None:
+        kwargs.pop("input_norm", None)
+        if input_norm != "none":
+            kwargs["input_norm"] = input_norm
     model = init_model(student_arch, num_classes, in_channels, image_size, seed, **kwargs)
     return model.to(device), student_arch
 
@@ -197,13 +203,16 @@ class DistillRun:
 def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: str, *,
              student_state: dict[str, torch.Tensor] | None = None,
              student_init: Callable[[str], dict[str, torch.Tensor] | None] | None = None,
-             fuse_student: bool = True, inputs: Mapping[str, Any] | None = None
-             ) -> DistillRun:
+             fuse_student: bool = True, inputs: Mapping[str, Any] | None = None,
+             input_norm: str | None = None) -> DistillRun:
     """Set up a distillation server: teachers from ``uploads``, the student (seed
     ``derive_seed(ctx.seed, f"{tag}-student")``, then ``student_state`` or
     ``student_init(student_arch)`` when given), the RNG ``derive_seed(ctx.seed, tag)``, the
     checkpoint (keyed on ``tag``, the uploads, ``cfg``, the initial student, ``inputs`` — the
     method's other arguments that change its result — and ``ctx``).
+
+    ``input_norm``: the student's input normalisation (:func:`server_student`; None = the
+    clients'); the teachers keep the one their uploads name.
 
     ``cfg`` needs ``student_arch``, ``batched_teachers``, ``channels_last``, ``amp``,
     ``epochs`` and ``eval_every``; ``name`` is the method's display name (progress bar and
@@ -215,7 +224,8 @@ def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: st
                        batched=cfg.batched_teachers, channels_last=cfg.channels_last)
     student, s_arch = server_student(uploads, cfg.student_arch, ctx.num_classes,
                                      ctx.in_channels, ctx.image_size,
-                                     derive_seed(ctx.seed, f"{tag}-student"), dev, name)
+                                     derive_seed(ctx.seed, f"{tag}-student"), dev, name,
+                                     input_norm)
     state = student_init(s_arch) if student_init is not None else student_state
     if state is not None:
         student.load_state_dict(state)

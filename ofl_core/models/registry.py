@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from .base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS
+from .base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS, check_input_norm
 from .cnn import CNN1, CNNCifar, CNNMnist, LeNet5, McMahanCNN
 from .googlenet import GoogLeNet
 from .resnet import resnet18
@@ -48,9 +48,12 @@ def build_model(
         num_classes: number of output logits (≥ 1).
         in_channels: 1 (grayscale) or 3 (RGB).
         image_size: input side length, 28, 32 or 64.
-        **kwargs: extra constructor options of the chosen architecture. The only one so far is
-            ``conv_relu: bool = True`` for ``"mcmahan_cnn"``: ``conv_relu=False`` is the ⚑
-            FedCVAE authors'-code variant without ReLU after the two convolutions.
+        **kwargs: ``input_norm`` (every architecture; a name of
+            :data:`~ofl_core.models.base.INPUT_NORMS`, default ``"none"``): the normalisation
+            the model applies to its [0, 1] input first. Beside it, extra constructor options
+            of the chosen architecture. The only one so far is ``conv_relu: bool = True`` for
+            ``"mcmahan_cnn"``: ``conv_relu=False`` is the ⚑ FedCVAE authors'-code variant
+            without ReLU after the two convolutions.
 
     Returns:
         A :class:`~ofl_core.models.base.Classifier`: ``model(x)`` gives logits,
@@ -59,8 +62,8 @@ def build_model(
 
     Raises:
         ValueError: unknown ``name`` (the message lists the known names), unsupported
-            ``in_channels``/``image_size``, ``num_classes < 1`` or an option the
-            architecture does not take.
+            ``in_channels``/``image_size``, ``num_classes < 1``, an unknown ``input_norm``
+            or an option the architecture does not take.
     """
     if name not in _BUILDERS:
         raise ValueError(f"unknown model name {name!r}; known models: {', '.join(MODEL_NAMES)}")
@@ -70,12 +73,16 @@ def build_model(
         raise ValueError(f"image_size must be one of {VALID_IMAGE_SIZES}, got {image_size!r}")
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    input_norm = check_input_norm(kwargs.pop("input_norm", "none"))
     allowed = _OPTIONS.get(name, frozenset())
     unknown = sorted(set(kwargs) - allowed)
     if unknown:
         raise ValueError(
             f"unknown option(s) {unknown} for model {name!r}; it accepts {sorted(allowed)}"
         )
-    return _BUILDERS[name](
+    model = _BUILDERS[name](
         num_classes=num_classes, in_channels=in_channels, image_size=image_size, **kwargs
     )
+    if input_norm != "none":
+        model.input_norm = input_norm
+    return model

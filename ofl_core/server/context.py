@@ -78,4 +78,9 @@ def check_homogeneous(uploads: list, method: str) -> str:
             f"but the uploads mix {archs}; use a distillation method (e.g. DENSE, FedDF) for "
             "heterogeneous clients"
         )
+    norms = sorted({u.model_kwargs.get("input_norm", "none") for u in uploads})
+    if len(norms) > 1:
+        raise ValueError(f"{method} averages parameters, but the uploads' models normalise their "
+                         f"inputs differently (input_norm {norms}): an average of them computes "
+                         "no client's function")
     return archs[0]
