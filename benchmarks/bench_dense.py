@@ -119,7 +119,6 @@ from torchvision import transforms
 from torchvision.utils import save_image
 
 import ofl_core.dense.server as dense_module
-from ofl_core.clients import ClientUpload
 from ofl_core.cpu_memory import large_blocks_from_heap
 from ofl_core.dense.server import DenseConfig, DenseSynthesizer, Distiller
 from ofl_core.distill.generator import build_generator, sample_latents
@@ -131,6 +130,7 @@ from ofl_core.models import build_model
 from ofl_core.models.generator import Generator
 from ofl_core.registry import method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload
 
 SETUPS = (("cnn_mnist", 1, 28), ("cnn_cifar", 3, 32))
 

@@ -24,14 +24,7 @@ from typing import Any
 
 import torch
 
-from .clients import (
-    ClientUpload,
-    LocalTrainConfig,
-    UploadError,
-    train_key_payload,
-    train_local,
-    validate_upload,
-)
+from .clients import LocalTrainConfig, train_key_payload, train_local
 from .data.datasets import ImageDataset
 from .data.partition import Partition, check_no_empty_client
 from .grouped_training import groupable, train_grouped
@@ -39,6 +32,7 @@ from .precision import resolve_amp
 from .progress import progress_bar
 from .seeds import client_seed
 from .upload_cache import UploadCache, cache_lock, state_hash
+from .uploads import ClientUpload, UploadError, validate_upload
 
 State = dict[str, torch.Tensor]
 
@@ -189,7 +183,7 @@ def cached_states(cache: UploadCache | None, kind: ClientKind, keys: list[dict],
                   dataset: ImageDataset, partition: Partition, cfgs: list[Any], seed: int
                   ) -> dict[int, State]:
     """The clients the cache holds, each checked as the upload it becomes
-    (:func:`~ofl_core.clients.validate_upload`): an entry with missing or unexpected
+    (:func:`~ofl_core.uploads.validate_upload`): an entry with missing or unexpected
     parameters, wrong shapes or dtypes, or non-finite values is corrupt — removed with a
     warning naming the file, and its client trained again."""
     states: dict[int, State] = {}

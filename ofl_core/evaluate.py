@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .clients import ClientUpload, build_from_upload
 from .data.datasets import ImageDataset
+from .uploads import ClientUpload, build_from_upload
 
 #: evaluation batch per device type: on the CPU, batches of 128 keep a CNN's activations in
 #: cache and ran 1.3–2.7× faster than 1000 at one thread (bit-identical outputs)

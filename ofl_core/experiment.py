@@ -26,7 +26,7 @@ import torch
 from . import __version__
 from .checkpoint import digest
 from .client_training import client_code_version, client_kind, train_clients
-from .clients import ClientUpload, LocalTrainConfig
+from .clients import LocalTrainConfig
 from .data.datasets import ImageDataset, load_dataset
 from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
@@ -36,6 +36,7 @@ from .registry import METHODS, method_config, run_method
 from .results import ResultRecord
 from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
+from .uploads import ClientUpload
 from .validation import COUNT, NONNEG, check_config, check_device, within
 
 

@@ -26,7 +26,7 @@ from torch import nn
 
 from .checkpoint import digest
 from .client_training import train_clients
-from .clients import ClientUpload, LocalTrainConfig, init_model
+from .clients import LocalTrainConfig, init_model
 from .data.datasets import ImageDataset
 from .data.partition import Partition
 from .dense.server import run_dense
@@ -37,6 +37,7 @@ from .results import ResultRecord
 from .seeds import derive_seed
 from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
+from .uploads import ClientUpload
 
 #: server(uploads, ctx, previous global state or None) -> the round's ServerResult
 ServerFn = Callable[[list[ClientUpload], ServerContext, "dict[str, torch.Tensor] | None"],

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from .clients import check_upload_header
 from .cpu_memory import large_blocks_from_heap
 from .server import MethodSpec, ServerContext, ServerResult
+from .uploads import check_upload_header
 
 #: the modules that declare the library's methods, in the taxonomy's order
 METHOD_MODULES: tuple[str, ...] = (

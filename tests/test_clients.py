@@ -7,19 +7,12 @@ import pytest
 import torch
 
 from ofl_core.client_training import train_clients
-from ofl_core.clients import (
-    ClientUpload,
-    LocalTrainConfig,
-    UploadError,
-    build_from_upload,
-    ldam_loss,
-    train_local,
-    validate_upload,
-)
+from ofl_core.clients import LocalTrainConfig, ldam_loss, train_local
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
 from ofl_core.models import build_model
 from ofl_core.upload_cache import UploadCache
+from ofl_core.uploads import ClientUpload, UploadError, build_from_upload, validate_upload
 
 
 def _upload(state=None, arch="cnn_mnist", **kw):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ofl_core.client_training import train_clients
-from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
+from ofl_core.clients import LocalTrainConfig, init_model
 from ofl_core.coboosting.losses import (
     WeightedEnsemble,
     adversarial_loss,
@@ -32,6 +32,7 @@ from ofl_core.evaluate import accuracy
 from ofl_core.experiment import configure_methods
 from ofl_core.registry import METHODS, method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -37,10 +37,11 @@ import pytest
 import torch
 from host_sync import count_host_syncs
 
-from ofl_core.clients import LocalTrainConfig, build_from_upload, train_local
+from ofl_core.clients import LocalTrainConfig, train_local
 from ofl_core.evaluate import accuracy, predict_logits
 from ofl_core.registry import METHODS, method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import build_from_upload
 
 CUDA = torch.cuda.is_available()
 #: ``OFL_CUDA_TESTS_ON_CPU=1``: run these tests' plumbing on the CPU ("cpu" stands for "cuda";

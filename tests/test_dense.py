@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ofl_core.client_training import train_clients
-from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
+from ofl_core.clients import LocalTrainConfig, init_model
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
 from ofl_core.dense.server import DenseConfig, DenseSynthesizer
@@ -22,6 +22,7 @@ from ofl_core.multi_round import run_rounds, server_for
 from ofl_core.precision import native_bf16
 from ofl_core.registry import METHODS, method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload
 
 
 def make_quadrants(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

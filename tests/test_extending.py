@@ -15,10 +15,11 @@ import torch
 
 from ofl_core import registry
 from ofl_core.batch.report import build_report
-from ofl_core.clients import ClientUpload, LocalTrainConfig, init_model
+from ofl_core.clients import LocalTrainConfig, init_model
 from ofl_core.experiment import ExperimentConfig, configure_methods
 from ofl_core.server import ServerContext
 from ofl_core.tables import Run, Serves, run_tables
+from ofl_core.uploads import ClientUpload
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from ofl_core.batch.scoreboard import boards, entries, split
 from ofl_core.client_training import train_clients
-from ofl_core.clients import ClientUpload, LocalTrainConfig, train_key_payload, train_local
+from ofl_core.clients import LocalTrainConfig, train_key_payload, train_local
 from ofl_core.combine import Ensemble
 from ofl_core.data.datasets import ImageDataset
 from ofl_core.data.partition import make_partition
@@ -38,6 +38,7 @@ from ofl_core.seeds import init_seed
 from ofl_core.server import ServerContext
 from ofl_core.tables import Serves
 from ofl_core.upload_cache import payload_key, state_hash
+from ofl_core.uploads import ClientUpload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

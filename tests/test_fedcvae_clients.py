@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from ofl_core.client_training import train_clients
-from ofl_core.clients import ClientUpload, UploadError, validate_upload
 from ofl_core.fedcvae.clients import heterogeneous_variants, noisy_label_counts
 from ofl_core.fedcvae.server import FedCVAEEnsConfig, run_ens
 from ofl_core.fedcvae.uploads import decoder_from_upload
@@ -25,6 +24,7 @@ from ofl_core.models import build_model
 from ofl_core.models.cvae import CVAE, build_cvae, build_decoder, kl_divergence, reconstruction_loss
 from ofl_core.precision import native_bf16
 from ofl_core.upload_cache import UploadCache
+from ofl_core.uploads import ClientUpload, UploadError, validate_upload
 
 C = 4  # classes of the synthetic dataset (tests/conftest.py: fedcvae_synthetic)
 pytestmark = pytest.mark.usefixtures("one_thread")

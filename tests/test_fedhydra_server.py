@@ -8,12 +8,13 @@ import math
 import pytest
 import torch
 
-from ofl_core.clients import ClientUpload, init_model
+from ofl_core.clients import init_model
 from ofl_core.distill.stratification import Stratification
 from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
 from ofl_core.methods.ot_fusion import OTFusionConfig
 from ofl_core.registry import METHODS, method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

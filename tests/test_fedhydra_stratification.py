@@ -10,13 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofl_core.clients import build_from_upload, init_model
+from ofl_core.clients import init_model
 from ofl_core.distill.stratification import (
     exact_cross_entropy,
     guidance_capability,
     stratified_weights,
     stratify,
 )
+from ofl_core.uploads import build_from_upload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

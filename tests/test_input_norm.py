@@ -10,16 +10,7 @@ import pytest
 import torch
 
 from ofl_core.client_training import train_clients
-from ofl_core.clients import (
-    ClientUpload,
-    LocalTrainConfig,
-    UploadError,
-    build_from_upload,
-    init_model,
-    train_key_payload,
-    train_local,
-    validate_upload,
-)
+from ofl_core.clients import LocalTrainConfig, init_model, train_key_payload, train_local
 from ofl_core.coboosting.losses import weighted_logits
 from ofl_core.coboosting.server import CoBoostingConfig, start
 from ofl_core.data.partition import make_partition
@@ -31,6 +22,7 @@ from ofl_core.grouped_training import groupable
 from ofl_core.models import INPUT_NORMS, build_model, normalize_input
 from ofl_core.registry import method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload, UploadError, build_from_upload, validate_upload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

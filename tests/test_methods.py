@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from ofl_core.clients import ClientUpload
 from ofl_core.combine import Ensemble
 from ofl_core.models import build_model
 from ofl_core.registry import method_config, run_method
 from ofl_core.server import ServerContext, average_states
+from ofl_core.uploads import ClientUpload
 
 CTX = ServerContext(num_classes=4, in_channels=1, image_size=28, progress=False)
 

@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from ofl_core.clients import ClientUpload, init_model
+from ofl_core.clients import init_model
 from ofl_core.methods.ot_fusion import SUPPORTED_ARCHS, OTFusionConfig
 from ofl_core.registry import method_config, run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -46,8 +46,8 @@ def test_a_dataset_whose_labels_do_not_match_its_images_is_refused():
 
 
 def _upload(**kw):
-    from ofl_core.clients import ClientUpload
     from ofl_core.models import build_model
+    from ofl_core.uploads import ClientUpload
 
     state = build_model("cnn_mnist", 10, 1, 28).state_dict()
     base = dict(client_id=0, arch="cnn_mnist", state_dict=state, num_classes=10, in_channels=1,
@@ -73,8 +73,8 @@ def _ctx():
                                    for k, v in sd.items()}, "beyond any trained model"),
 ])
 def test_uploads_with_wrong_dtypes_or_magnitudes_are_refused(case, change, message):
-    from ofl_core.clients import UploadError
     from ofl_core.registry import method_config, run_method
+    from ofl_core.uploads import UploadError
 
     good = _upload()
     bad = _upload(client_id=1, state_dict=change(good.state_dict))
@@ -92,8 +92,8 @@ def test_uploads_with_wrong_dtypes_or_magnitudes_are_refused(case, change, messa
 def test_an_upload_header_is_checked_against_the_task_before_a_model_is_built(
         header, message, monkeypatch):
     from ofl_core import clients
-    from ofl_core.clients import UploadError
     from ofl_core.registry import method_config, run_method
+    from ofl_core.uploads import UploadError
 
     def no_build(*a, **k):
         raise AssertionError("a model was built from an unchecked header")

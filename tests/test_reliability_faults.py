@@ -1,6 +1,7 @@
 """Faults and untrusted inputs at the batch runner, the client cache, the report and the
 uploads: each must be a clear error (naming what is wrong) or correct behaviour, never a hang,
-a stale result or a value taken at its word (docs/pending_reliability.md)."""
+a stale result or a value taken at its word
+(docs/decisions/reliability.md#reliability-no-hang-on-a-full)."""
 
 from __future__ import annotations
 
@@ -251,8 +252,8 @@ def test_a_broken_gaps_file_is_a_listed_problem_and_stops_run_all_before_any_tas
 def _decoder_upload(**change):
     import dataclasses
 
-    from ofl_core.clients import ClientUpload
     from ofl_core.models.cvae import build_decoder
+    from ofl_core.uploads import ClientUpload
 
     dec = build_decoder("cvae_small", 10, 1, 32, 10)
     up = ClientUpload(client_id=3, arch="cvae_small", state_dict=dec.state_dict(),
@@ -264,8 +265,8 @@ def _decoder_upload(**change):
 def _classifier_upload(**change):
     import dataclasses
 
-    from ofl_core.clients import ClientUpload
     from ofl_core.models import build_model
+    from ofl_core.uploads import ClientUpload
 
     m = build_model("cnn_mnist", 10, 1, 28)
     up = ClientUpload(client_id=3, arch="cnn_mnist", state_dict=m.state_dict(), num_classes=10,
@@ -297,8 +298,8 @@ _OVERSIZED = [  # (case, upload, what the message names)
 @pytest.mark.parametrize("case, make, names", _OVERSIZED, ids=[c[0] for c in _OVERSIZED])
 def test_every_size_field_of_an_upload_is_bounded_before_anything_is_built(
         monkeypatch, case, make, names):
-    from ofl_core import clients
-    from ofl_core.clients import UploadError, validate_upload
+    from ofl_core import uploads as clients  # where the validator builds models
+    from ofl_core.uploads import UploadError, validate_upload
 
     upload = make()
 
@@ -374,7 +375,7 @@ _BAD_STATES = [  # (case, change of the state dict, what the message names)
 
 @pytest.mark.parametrize("case, change, names", _BAD_STATES, ids=[c[0] for c in _BAD_STATES])
 def test_a_malformed_state_dict_is_an_upload_error_naming_the_client(case, change, names):
-    from ofl_core.clients import UploadError, validate_upload
+    from ofl_core.uploads import UploadError, validate_upload
 
     with pytest.raises(UploadError, match="client 3") as e:
         validate_upload(_with_state(_classifier_upload(), change))

@@ -207,8 +207,8 @@ def test_an_empty_client_never_reaches_training(tiny_dataset, monkeypatch):
     (None, r"label_counts must give one count per class \(4\), got None"),
 ])
 def test_fedcvae_label_counts_are_integer_counts(counts, message):
-    from ofl_core.clients import ClientUpload, UploadError, validate_upload
     from ofl_core.models.cvae import build_decoder
+    from ofl_core.uploads import ClientUpload, UploadError, validate_upload
 
     up = ClientUpload(client_id=3, arch="cvae", num_classes=4, in_channels=1, image_size=32,
                       state_dict=build_decoder("cvae", 4, 1, 32, 2).state_dict(),

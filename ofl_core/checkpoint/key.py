@@ -43,7 +43,7 @@ def _feed(h: Any, value: Any) -> None:
 
 def digest(value: Any) -> str | None:
     """A short hash of ``value``'s exact content: tensors by dtype, shape and bytes, nested in
-    dicts, lists, tuples and dataclasses (a :class:`~ofl_core.clients.ClientUpload`, a
+    dicts, lists, tuples and dataclasses (a :class:`~ofl_core.uploads.ClientUpload`, a
     stratification), other values by their JSON; None for None."""
     if value is None:
         return None

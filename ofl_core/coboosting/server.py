@@ -29,7 +29,6 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from ..checkpoint import Attrs, Stateful
-from ..clients import ClientUpload
 from ..combine import Ensemble
 from ..distill.config import SynthesisConfig, check_distill_config
 from ..distill.generator import (
@@ -44,6 +43,7 @@ from ..distill.pool import ImagePool, augment_batch
 from ..models import check_input_norm
 from ..presets import check_preset
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload
 from .losses import (
     WeightedEnsemble,
     adversarial_loss,

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import Attrs
-from ..clients import ClientUpload
 from ..distill.combiners import (
     WEIGHTED,
     TeacherWeights,
@@ -44,6 +43,7 @@ from ..distill.teachers import TeacherBank
 from ..precision import resolve_amp
 from ..presets import check_preset
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload
 
 ABLATIONS = (None, "ce_only", "no_bn", "no_div")
 

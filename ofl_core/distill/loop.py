@@ -23,10 +23,11 @@ import torch
 from torch import nn
 
 from ..checkpoint import RNG, GlobalRNG, ServerCheckpoint, Stateful, server_checkpoint
-from ..clients import build_from_upload, init_model
+from ..clients import init_model
 from ..progress import progress_bar
 from ..seeds import derive_seed
 from ..server import ServerContext, ServerResult
+from ..uploads import build_from_upload
 from .kernels import autocast_context, fuse_relu_maxpool
 from .losses import kd_loss
 from .pool import ImagePool

@@ -2,7 +2,7 @@
 
 A FedCVAE client trains a CVAE on its data (Adam lr 1e-3, batch 32, T_L epochs, loss = negated
 Eq. 1, :func:`cvae_loss`) and uploads **its decoder only** plus its label counts: a
-:class:`~ofl_core.clients.ClientUpload` with ``kind="decoder"``, ``arch`` = the CVAE variant,
+:class:`~ofl_core.uploads.ClientUpload` with ``kind="decoder"``, ``arch`` = the CVAE variant,
 ``model_kwargs={"latent_dim": d}``. The encoder never leaves the client. Optional extensions:
 label-count noise before upload (Table 8) and a secret prior mean μ (security shift, §3.3).
 
@@ -23,10 +23,7 @@ import numpy as np
 import torch
 
 from ..client_training import ClientJob, ClientKind, State
-from ..clients import (
-    ClientUpload,
-    LocalTrainConfig,
-)
+from ..clients import LocalTrainConfig
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..models.cvae import CVAE, CVAE_VARIANTS, build_cvae
@@ -34,6 +31,7 @@ from ..precision import resolve_amp
 from ..presets import check_preset
 from ..progress import progress_bar
 from ..seeds import client_seed, cvae_init_seed
+from ..uploads import ClientUpload
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .hparams import fedcvae_hparams
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..clients import ClientUpload
 from ..models.cvae import CVAE_VARIANTS, CVAEDecoder, build_decoder
 from ..server import ServerResult
+from ..uploads import ClientUpload
 from .sampling import LatentSampler
 from .uploads import decoder_from_upload
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..clients import ClientUpload
 from ..models.cvae import CVAEDecoder, truncated_normal, uniform_latent
+from ..uploads import ClientUpload
 
 __all__ = [
     "Allocation",

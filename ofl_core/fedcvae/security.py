@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..clients import ClientUpload
 from ..presets import check_preset
 from ..server import ServerContext, ServerResult
+from ..uploads import ClientUpload
 from ..validation import NONNEG, POSITIVE, check_config
 from .sampling import uniform_sampler
 from .server import FedCVAEEnsConfig, ens_server

@@ -1,6 +1,6 @@
 """FedCVAE-Ens and FedCVAE-KD servers (Heinbaugh et al., ICLR 2023; SPEC §4).
 
-Both receive only decoder uploads (:class:`~ofl_core.clients.ClientUpload` with
+Both receive only decoder uploads (:class:`~ofl_core.uploads.ClientUpload` with
 ``kind="decoder"``: the decoder state_dict, its variant and latent dimension, and the client's
 label counts) and a :class:`~ofl_core.server.ServerContext`. No encoder, no data.
 
@@ -35,12 +35,12 @@ import torch
 from torch import nn
 
 from ..checkpoint import server_checkpoint
-from ..clients import ClientUpload
 from ..models import MODEL_NAMES
 from ..models.cvae import CVAE_VARIANTS, build_decoder, truncated_normal
 from ..presets import check_preset
 from ..seeds import fedcvae_server_seed
 from ..server import MethodKind, MethodSpec, ServerContext, ServerResult, average_states
+from ..uploads import ClientUpload
 from ..validation import COUNT, NONNEG, POSITIVE, check_config
 from .classifier import distill_decoder, train_classifier
 from .hparams import fedcvae_hparams

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..clients import ClientUpload, build_from_upload, check_upload_header
 from ..models.cvae import CVAEDecoder
 from ..server import ServerContext
+from ..uploads import ClientUpload, build_from_upload, check_upload_header
 
 
 def decoder_from_upload(upload: ClientUpload, device: str | torch.device = "cpu"

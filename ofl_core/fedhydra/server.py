@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Attrs, Stateful
-from ..clients import ClientUpload
 from ..combine import Ensemble
 from ..distill.combiners import (
     Teacher,
@@ -46,6 +45,7 @@ from ..distill.stratification import Stratification
 from ..distill.stratified_aggregation import SAEnsemble
 from ..distill.teachers import TeacherOutput
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload
 
 
 @dataclass(frozen=True)

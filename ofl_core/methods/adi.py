@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Attrs
-from ..clients import ClientUpload
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, distil_pool, open_run
 from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip, keep_lowest
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from typing import Literal
 import torch
 
 from ..checkpoint import Attrs
-from ..clients import ClientUpload
 from ..devices import to_device
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
@@ -34,6 +33,7 @@ from ..distill.losses import (
 )
 from ..distill.pool import ImagePool, keep_lowest
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload, build_from_upload
 from ..validation import check_config
 
 

@@ -8,7 +8,6 @@ from typing import ClassVar, Literal
 
 import torch
 
-from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
 from ..server import (
     MODEL,
@@ -19,6 +18,7 @@ from ..server import (
     average_states,
     check_homogeneous,
 )
+from ..uploads import ClientUpload, build_from_upload, validate_upload
 from ..validation import check_config
 
 

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Items
-from ..clients import ClientUpload
 from ..data.datasets import DatasetNotFoundError, load_dataset
 from ..devices import to_device
 from ..distill.config import DistillConfig, check_distill_config
 from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult, average_states
+from ..uploads import ClientUpload
 
 
 @dataclass(frozen=True)

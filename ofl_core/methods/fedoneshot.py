@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..clients import ClientUpload, build_from_upload
 from ..combine import Ensemble
 from ..presets import check_preset
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..uploads import ClientUpload, build_from_upload
 from ..validation import check_config
 
 

@@ -21,7 +21,6 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..clients import ClientUpload, build_from_upload, validate_upload
 from ..presets import check_preset
 from ..server import (
     MODEL,
@@ -32,6 +31,7 @@ from ..server import (
     average_states,
     check_homogeneous,
 )
+from ..uploads import ClientUpload, build_from_upload, validate_upload
 from ..validation import NONNEG, check_config
 
 #: plain sequential conv/linear networks whose neurons OT fusion can align

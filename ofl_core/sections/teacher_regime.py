@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..clients import LocalTrainConfig, build_from_upload
+from ..clients import LocalTrainConfig
 from ..dense.server import run_dense
 from ..distill.combiners import DIAGNOSTIC, oracle_weights, stratification_stage
 from ..distill.loop import open_run
@@ -47,6 +47,7 @@ from ..fedhydra.server import run_fedhydra
 from ..precision import precision_label, resolve_amp
 from ..registry import method_config
 from ..results import machine
+from ..uploads import build_from_upload
 
 #: the quick server sizes of ``notebooks/two_classes_per_client.py``'s parameters cell
 QUICK = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "kd_batch_size": 32,

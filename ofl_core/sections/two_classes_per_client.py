@@ -15,7 +15,6 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..clients import build_from_upload
 from ..distill.stratification import Stratification, block_structure, stratify
 from ..distill.stratified_aggregation import SAEnsemble
 from ..experiment import Setup
@@ -23,6 +22,7 @@ from ..fedhydra.diagnostics import loss_curves_frame, own_class_ratios, stratifi
 from ..plots import plot_curves, plot_grouped_bars, plot_heatmap, save_figure
 from ..project import results_dir
 from ..tables import Tables
+from ..uploads import build_from_upload
 from . import teacher_regime as tr
 
 

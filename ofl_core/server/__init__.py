@@ -1,7 +1,7 @@
 """The server API every method builds on, and that imports no method: what a server receives
 and returns (:class:`ServerContext`, :class:`ServerResult`), how a method declares itself
 (:class:`MethodSpec`, :class:`MethodKind`) and parameter averaging. Client uploads are
-:class:`ofl_core.clients.ClientUpload`."""
+:class:`ofl_core.uploads.ClientUpload`."""
 
 from .averaging import average_states
 from .context import ServerContext, ServerResult, check_homogeneous

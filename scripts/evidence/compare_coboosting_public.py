@@ -57,13 +57,13 @@ import numpy as np
 import torch
 
 import ofl_core
-from ofl_core.clients import ClientUpload, build_from_upload
 from ofl_core.coboosting.server import CoBoostingConfig
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.evaluate import accuracy
 from ofl_core.registry import run_method
 from ofl_core.server import ServerContext
+from ofl_core.uploads import ClientUpload, build_from_upload
 
 REPO = Path(ofl_core.__file__).resolve().parents[1]
 #: text replacements that make the public code run on a CPU, per file ("*" = every .py file)

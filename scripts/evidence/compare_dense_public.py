@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 import ofl_core
-from ofl_core.clients import ClientUpload, build_from_upload, init_model
+from ofl_core.clients import init_model
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import make_partition
 from ofl_core.dense.server import DenseConfig
@@ -66,6 +66,7 @@ from ofl_core.distill.teachers import TeacherBank
 from ofl_core.evaluate import accuracy, predict_logits
 from ofl_core.registry import run_method
 from ofl_core.server import ServerContext, average_states
+from ofl_core.uploads import ClientUpload, build_from_upload
 
 #: the public ``CNNMnist``'s state-dict prefixes → ofl's ``cnn_mnist`` (same layers, same order:
 #: conv 5×5 → BN → ReLU → max-pool twice, then the linear layer)

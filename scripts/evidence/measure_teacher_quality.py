@@ -17,10 +17,11 @@ from dataclasses import replace
 
 import torch
 
-from ofl_core.clients import LocalTrainConfig, build_from_upload
+from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import predict_logits
 from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.server import average_states
+from ofl_core.uploads import build_from_upload
 
 
 def fedavg_model(uploads: list, weights: list[float]) -> torch.nn.Module:

@@ -5,7 +5,7 @@ Three ``cnn_mnist`` clients (embedded FMNIST, 20 % subset, Dirichlet α = 1, one
 then Co-Boosting and DENSE (``paper``, 3 server epochs × 3 steps, batch 32) and FedAvg, one
 thread. ``save`` writes the clients' and the server models' state dicts and test curves;
 ``compare`` says, per part, whether two such files are equal to the bit
-(docs/pending_coboosting.md).
+(docs/decisions/coboosting.md#coboosting-the-input-normalisation-what-the).
 
     PYTHONPATH=<checkout A> python scripts/evidence/paper_preset_states.py save A.pt
     PYTHONPATH=<checkout B> python scripts/evidence/paper_preset_states.py save B.pt
