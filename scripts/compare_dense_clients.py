@@ -324,12 +324,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                    **evaluate_set(states, ds, part)}
             pub = args.states / f"b{args.beta}_public_s{seed}.pt"
             if side != "public" and pub.is_file():
-                theirs = torch.load(pub, weights_only=True)
-                row["equal_to_public"] = [all(torch.equal(a[k], b[k]) for k in a)
-                                          for a, b in zip(states, theirs, strict=True)]
-                row["max_abs_diff_to_public"] = [max(float((a[k].float() - b[k].float())
-                                                           .abs().max()) for k in a)
-                                                 for a, b in zip(states, theirs, strict=True)]
+                row["equal_to_public"], row["max_abs_diff_to_public"] = compare_states(
+                    states, torch.load(pub, weights_only=True))
             write_json(path, row)
             print(f"     clients {[round(a, 1) for a in row['clients']]}, D "
                   f"{row['ensemble']:.2f}, softmax {row['mean_softmax']:.2f}, FedAvg "
@@ -353,7 +349,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         rows = [json.loads(p.read_text()) for p in sorted(bdir.glob("*_s*.json"))]
         sides = [s for s in SIDES if any(r["side"] == s for r in rows)]
         print(f"\n### β = {bdir.name[1:]} (mean ± sd over client seeds, n)\n")
-        print("| side | seeds | mean client | clients sorted by client id | D (mean logits) "
+        print("| side | seeds | mean client | clients 0–4 (means) | D (mean logits) "
               "| mean softmax | FedAvg unweighted | FedAvg weighted |")
         print("|---|---|---|---|---|---|---|---|")
         for s in sides:
@@ -382,32 +378,127 @@ def cmd_table(args: argparse.Namespace) -> None:
                   f"{ms([statistics.mean(r['bn']['conv.1']['mismatch_logvar']) for r in rs], 3)} | "  # noqa: E501
                   f"{ms([statistics.mean(r['bn']['conv.5']['mismatch_logvar']) for r in rs], 3)} | "  # noqa: E501
                   f"{ms([r['bn']['conv.5']['across_clients_sd_var'] for r in rs], 3)} |")
-        eq = [r for r in rows if "equal_to_public" in r]
-        for r in eq:
-            print(f"- {r['side']} seed {r['seed']}: equal to public (torch.equal per client) "
-                  f"{r['equal_to_public']}, max |Δ| {[f'{v:.2g}' for v in r['max_abs_diff_to_public']]}")  # noqa: E501
+        for line in identity_lines(args.states, bdir.name[1:], sides):
+            print(line)
+
+
+def compare_states(mine: list[dict[str, torch.Tensor]], theirs: list[dict[str, torch.Tensor]]
+                   ) -> tuple[list[bool], list[float]]:
+    """Per client: whether every tensor is equal (``torch.equal``), and the largest |Δ|."""
+    equal = [all(torch.equal(a[k], b[k]) for k in a) for a, b in zip(mine, theirs, strict=True)]
+    diff = [max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+            for a, b in zip(mine, theirs, strict=True)]
+    return equal, diff
+
+
+def identity_lines(states: Path, beta: str, sides: list[str]) -> list[str]:
+    """Each ofl side's saved clients against the public code's of the same seed."""
+    out = []
+    for pub in sorted(states.glob(f"b{beta}_public_s*.pt")):
+        seed = pub.stem.rsplit("_s", 1)[1]
+        theirs = torch.load(pub, weights_only=True)
+        for side in sides:
+            mine = states / f"b{beta}_{side}_s{seed}.pt"
+            if side == "public" or not mine.is_file():
+                continue
+            equal, diff = compare_states(torch.load(mine, weights_only=True), theirs)
+            out.append(f"- {side} seed {seed} against public: torch.equal per client {equal}, "
+                       f"max |Δ| {[float(f'{v:.2g}') for v in diff]}")
+    return out
+
+
+@torch.no_grad()
+def recalibrated(state: dict[str, torch.Tensor], x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``state`` with its BN running statistics re-estimated from the final weights on the
+    client's own images ``x`` (uint8; cumulative average over batches of 128, train-mode
+    forwards, no weight change)."""
+    model = init_model("cnn_mnist", 10, 1, 28, seed=0)
+    model.load_state_dict(state)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None
+    model.train()
+    for i in range(0, len(x), 128):
+        model(x[i:i + 128].float().div(255.0))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def analyse_set(states: list[dict[str, torch.Tensor]], ds: ImageDataset, part: Partition
+                ) -> dict[str, Any]:
+    """Ensembles of one client set under swaps that need no training: each client's logits
+    divided by their mean per-sample std over classes (equal logit scale), and the clients
+    with BN statistics re-estimated from their final weights on their own data."""
+    y = ds.y_test
+    ups = uploads_from_states_ofl(states, part)
+    lg = torch.stack([predict_logits(build_from_upload(u), ds.x_test) for u in ups])
+    scaled = lg / lg.std(dim=2, keepdim=True).mean(dim=1, keepdim=True)
+    rec = [recalibrated(s, ds.x_train[torch.as_tensor(ix, dtype=torch.long)])
+           for s, ix in zip(states, part.client_indices, strict=True)]
+    rups = uploads_from_states_ofl(rec, part)
+    rlg = torch.stack([predict_logits(build_from_upload(u), ds.x_test) for u in rups])
+    avg = average_states(rec, [1.0] * len(rec))
+    fedavg_rec = pct(predict_logits(build_from_upload(replace(rups[0], state_dict=avg)),
+                                    ds.x_test), y)
+    return {"D": pct(lg.mean(0), y), "D_equal_scale": pct(scaled.mean(0), y),
+            "clients_recal": [pct(z, y) for z in rlg], "D_recal": pct(rlg.mean(0), y),
+            "mean_softmax_recal": pct(rlg.softmax(-1).mean(0), y),
+            "fedavg_unweighted_recal": fedavg_rec,
+            "clients_logit_norm_recal": [float(z.norm(dim=1).mean()) for z in rlg]}
+
+
+def cmd_analyse(args: argparse.Namespace) -> None:
+    """:func:`analyse_set` on every saved client set of ``--beta`` (missing ones only);
+    rows in ``OUT/b<β>/analysis.json``; prints mean ± sd per side."""
+    ds = load_dataset("fmnist")
+    part = make_partition(ds.y_train.numpy(), 5, "dirichlet", alpha=args.beta,
+                          seed=args.partition_seed)
+    path = args.out / f"b{args.beta}" / "analysis.json"
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    for f in sorted(args.states.glob(f"b{args.beta}_*_s*.pt")):
+        name = f.stem[len(f"b{args.beta}_"):]
+        if name not in done:
+            done[name] = analyse_set(torch.load(f, weights_only=True), ds, part)
+            write_json(path, done)
+    print(f"\n### β = {args.beta}: swaps without training (mean ± sd over client seeds)\n")
+    print("| side | D | D, equal logit scale | clients, BN re-est. (mean) | D, BN re-estimated "
+          "| mean softmax, BN re-est. | FedAvg unweighted, BN re-est. |")
+    print("|---|---|---|---|---|---|---|")
+    for side in SIDES:
+        rs = [v for k, v in done.items() if k.rsplit("_s", 1)[0] == side]
+        if rs:
+            print(f"| {side} | {ms([r['D'] for r in rs])} | {ms([r['D_equal_scale'] for r in rs])}"
+                  f" | {ms([statistics.mean(r['clients_recal']) for r in rs])} | "
+                  f"{ms([r['D_recal'] for r in rs])} | {ms([r['mean_softmax_recal'] for r in rs])}"
+                  f" | {ms([r['fedavg_unweighted_recal'] for r in rs])} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("train", "table"):
+    for name in ("train", "table", "analyse"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=Path("results/dense_public/clients"))
+        p.add_argument("--states", type=Path, default=Path("/work/scratch/dense/clients"),
+                       help="where the client state dicts go (outside the repository)")
         if name == "table":
             continue
         p.add_argument("--beta", type=float, required=True)
+        p.add_argument("--partition-seed", type=int, default=1)
+        if name == "analyse":
+            continue
         p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
         p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES[:3]))
         p.add_argument("--public-dir", type=Path, default=Path("/work/scratch/dense"))
-        p.add_argument("--states", type=Path, default=Path("/work/scratch/dense/clients"))
         p.add_argument("--epochs", type=int, default=20)
-        p.add_argument("--partition-seed", type=int, default=1)
     args = ap.parse_args()
     if args.cmd == "table":
         cmd_table(args)
         return
     torch.set_num_threads(1)
+    if args.cmd == "analyse":
+        cmd_analyse(args)
+        return
     args.public_dir = args.public_dir.resolve()
     cmd_train(args)
 
