@@ -8,7 +8,7 @@ NLL, per-class accuracy, BN running statistics, FedAvg of the set. Sides:
 
 ``public``
     ``loop_df_fl.py --type=pretrain`` through the launcher of the local copy (``--public-dir``,
-    made by ``scripts/setup_dense_public.py``), with ``--client_seed S``.
+    made by ``scripts/evidence/setup_dense_public.py``), with ``--client_seed S``.
 ``ofl-bf16`` / ``ofl-fp32``
     :func:`ofl_core.clients.train_local` under ``LocalTrainConfig.for_preset("authors_code",
     epochs=20)`` with bfloat16 autocast (the library default where the CPU has it) or float32;
@@ -27,9 +27,9 @@ NLL, per-class accuracy, BN running statistics, FedAvg of the set. Sides:
 
 Subcommands::
 
-    python scripts/compare_dense_clients.py train --beta 0.1 --seeds 1 2 3 \\
+    python scripts/evidence/compare_dense_clients.py train --beta 0.1 --seeds 1 2 3 \\
         --sides public ofl-bf16 ofl-fp32 --public-dir /work/scratch/dense
-    python scripts/compare_dense_clients.py table [--out results/dense_public/clients]
+    python scripts/evidence/compare_dense_clients.py table [--out results/dense_public/clients]
 
 ``train`` runs every missing (seed, side) row, one at a time (a finished row is skipped, so an
 interrupted run resumes); rows go to ``OUT/b<β>/<side>_s<seed>.json``, the client state dicts

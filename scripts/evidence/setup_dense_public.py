@@ -1,7 +1,8 @@
 """Build a runnable local copy of DENSE's public code (outside this repository) on a CPU.
 
 DENSE's public code (``zj-jayzhang/DENSE``, commit 237c5dd) is what the comparison scripts
-(``scripts/compare_dense_public.py``, ``scripts/compare_dense_clients.py``) run as "the public
+(``scripts/evidence/compare_dense_public.py``,
+``scripts/evidence/compare_dense_clients.py``) run as "the public
 side". It is never copied into this repository: this script takes a checkout of it, copies it to
 a scratch folder and applies the stand-ins it needs on a CPU-only machine as small, checked text
 patches (each must match the checkout exactly, so another commit fails loudly) and wrapper
@@ -11,7 +12,7 @@ modules. The algorithm is unchanged. Get the checkout with git::
 
 (or ``git --git-dir=<a bare mirror> archive 237c5dd | tar -x -C /tmp/DENSE``), then::
 
-    python scripts/setup_dense_public.py --checkout /tmp/DENSE --out /work/scratch/dense
+    python scripts/evidence/setup_dense_public.py --checkout /tmp/DENSE --out /work/scratch/dense
 
 which writes ``OUT/code/`` (the patched code), ``OUT/shims/`` (no-op ``wandb`` and ``ipdb``
 modules) and ``OUT/run_public.py``, the launcher::
@@ -123,7 +124,7 @@ class plot:  # noqa: N801 - wandb.plot.line_series
 }
 
 LAUNCHER = '''"""Run DENSE's public code (patched copy in code/) on a CPU: written by
-scripts/setup_dense_public.py of the ofl repository.
+scripts/evidence/setup_dense_public.py of the ofl repository.
 
     python run_public.py --workdir DIR --threads N -- <loop_df_fl.py arguments>
 """
