@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import MODEL_NAMES, build_model
+from .models import INPUT_NORMS, MODEL_NAMES, build_model
 from .models.base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS
 from .models.cvae import (
     CVAE_VARIANTS,
@@ -109,7 +109,9 @@ def check_upload_sizes(upload: ClientUpload) -> None:
                           f"{type(upload.model_kwargs).__name__})")
     if upload.kind == "classifier":
         for k, v in upload.model_kwargs.items():
-            if not isinstance(v, bool):  # the zoo's only options are switches (conv_relu)
+            if k == "input_norm" and isinstance(v, str) and v in INPUT_NORMS:
+                continue  # the one named option: the model's input normalisation
+            if not isinstance(v, bool):  # the zoo's other options are switches (conv_relu)
                 raise UploadError(f"{who}: model_kwargs[{k!r}] must be true or false (got "
                                   f"{v!r})")
     elif upload.kind == "decoder":
