@@ -212,7 +212,8 @@ def paper_methods(paper: str, table: str) -> tuple[str, ...]:
 
 def machine() -> dict:
     """Where a task ran: host, cores, its thread count and GPUs (names when nvidia-smi is
-    there)."""
+    there), and with a GPU the float32 precision of its convolutions and matrix products
+    (``cuda_fp32``: "tf32" or "ieee", "none" = PyTorch's default; docs/gpu.md, the CUDA review)."""
     gpus = ""
     if shutil.which("nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "":
         try:
@@ -220,6 +221,12 @@ def machine() -> dict:
                                   capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             gpus = ""
-    return {"host": platform.node(), "cores": os.cpu_count(),
+    info = {"host": platform.node(), "cores": os.cpu_count(),
             "threads": os.environ.get("OMP_NUM_THREADS", ""),
             "gpus": ", ".join(gpus.splitlines())}
+    if gpus:  # float32 on CUDA: PyTorch's default runs cuDNN's convolutions in TF32
+        import torch
+
+        info["cuda_fp32"] = (f"conv={torch.backends.cudnn.conv.fp32_precision};"
+                             f"matmul={torch.backends.cuda.matmul.fp32_precision}")
+    return info

@@ -184,6 +184,8 @@ if want bench; then
         "dense fp32 auto" "fedcvae fp32 auto" "local fp32 sequential" "fedcvae bf16 auto")
   [ "$TINY" = 1 ] && runs=("local bf16 grouped" "local fp32 sequential" "dense fp32 auto"
                            "fedcvae bf16 auto")
+  # GPU_CHECK_BENCH="dense bf16 auto;fedcvae fp32 auto": only these runs (stage precision trainer)
+  [ -n "${GPU_CHECK_BENCH:-}" ] && IFS=';' read -r -a runs <<< "$GPU_CHECK_BENCH"
   for r in "${runs[@]}"; do
     read -r stage prec trainer <<< "$r"
     if [ $(( $(left) - reserve )) -lt 20 ]; then

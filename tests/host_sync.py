@@ -22,8 +22,10 @@ import torch
 
 #: the tensor methods that return a host value (``to`` is counted towards the CPU as ``to``,
 #: and a blocking copy of a host tensor to a device as ``to_device``: from pageable memory, a
-#: ``.to("cuda")`` without ``non_blocking=True`` waits for the device's queued work too)
-SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "to")
+#: ``.to("cuda")`` without ``non_blocking=True`` waits for the device's queued work too), and
+#: ``new_tensor``, whose Python data reach a CUDA tensor's device by such a blocking copy
+SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "to",
+                "new_tensor")
 #: the library's folder: only its calls are counted (PyTorch's own, e.g. the optimisers'
 #: host-side step counters, are PyTorch's business; on CUDA the sync debug mode sees them)
 LIBRARY = str(Path(__file__).resolve().parents[1] / "ofl_core")

@@ -89,6 +89,13 @@ SERVERS: dict[str, dict] = {
            "batch_size": 32},
 }
 DECODER_METHODS = {"fedcvae-ens", "fedcvae-kd", "param-avg", "kd"}
+#: servers whose result a rounding-size change of their inputs moves by more than TRAINED on
+#: the CPU alone (FedCVAE-KD's server decoder distillation: a 1e-7 relative perturbation of the
+#: uploads moved the test logits by 0.12 on this project's CPU); their CUDA result is held to
+#: SENSITIVE_FACTOR × that spread (the larger of two perturbations), measured in
+#: the same test
+SENSITIVE = {"fedcvae-kd", "kd"}
+SENSITIVE_FACTOR = 3.0
 UNTRAINED = {"fedavg", "fedoneshot", "ensemble", "ot"}
 
 
@@ -289,6 +296,20 @@ def server_inputs(name: str, request) -> tuple[list, ServerContext, torch.Tensor
     return uploads, ctx, bars.x_test, bars.y_test
 
 
+def perturbed(uploads: list, rel: float = 1e-7, seed: int = 0) -> list:
+    """The uploads with every floating tensor moved by ``rel`` × its mean magnitude × N(0, 1):
+    a change of the size of rounding, to measure how much a server amplifies it."""
+    g = torch.Generator().manual_seed(seed)
+
+    def move(v: torch.Tensor) -> torch.Tensor:
+        if not v.is_floating_point():
+            return v
+        return v + rel * v.abs().mean() * torch.randn(v.shape, generator=g, dtype=v.dtype)
+
+    return [dataclasses.replace(u, state_dict={k: move(v) for k, v in u.state_dict.items()})
+            for u in uploads]
+
+
 def test_every_server_method_is_covered() -> None:
     assert set(SERVERS) == set(METHODS)
 
@@ -304,9 +325,16 @@ def test_server_method_on_cuda_equals_the_cpu_in_fp32(name: str, request, ieee_f
     lg_cpu = predict_logits(cpu.model, x, device="cpu")
     lg_gpu = predict_logits(gpu.model, x, device=DEV)
     bound = EXACT if name in UNTRAINED else TRAINED
+    spread = None
+    if name in SENSITIVE:
+        spread = max(rel_diff(predict_logits(run_method(name, perturbed(uploads, seed=s), cfg,
+                                                        on_cpu(ctx, x, y)).model, x,
+                                             device="cpu"), lg_cpu)
+                     for s in (0, 1))
+        bound = max(bound, SENSITIVE_FACTOR * spread)
     d = rel_diff(lg_gpu, lg_cpu)
-    report(f"server_fp32:{name}", rel_diff=d, bound=bound, curve_cpu=cpu.curve,
-           curve_cuda=gpu.curve)
+    report(f"server_fp32:{name}", rel_diff=d, bound=bound, cpu_spread=spread,
+           curve_cpu=cpu.curve, curve_cuda=gpu.curve)
     assert finite(lg_gpu) and all(torch.isfinite(torch.tensor(gpu.curve)))
     assert d <= bound
 
@@ -444,7 +472,7 @@ def sync_runs(bars, request) -> dict[str, Callable[[int], object]]:
 
 @needs_cuda
 def test_no_host_sync_per_step_on_cuda(bars, request) -> None:
-    """Each loop with 2 and with 4 inner steps (the same epochs) makes as many CUDA syncs:
+    """Each loop with 4 inner steps (the same epochs) makes no more CUDA syncs than with 2:
     none of them is per step. All loops are measured before the verdict, so the report
     names every loop that syncs."""
     grow = {}
@@ -452,7 +480,9 @@ def test_no_host_sync_per_step_on_cuda(bars, request) -> None:
         run(2)  # warm-up: cuDNN/cuBLAS handles, the caching allocator
         (n2, c2), (n4, c4) = cuda_syncs(run, 2), cuda_syncs(run, 4)
         report(f"cuda_syncs:{loop}", steps2=n2, steps4=n4, calls2=c2, calls4=c4)
-        if n4 != n2 or c4 != c2:
+        # more syncs with more steps (one fewer, 37 → 36, was seen for one loop on an H100:
+        # a one-time sync that the warm-up did not always take)
+        if n4 > n2 or any(c4[k] > c2.get(k, 0) for k in c4):
             grow[loop] = (n2, n4, c2, c4)
     assert not grow, f"syncs grow with the steps (2 → 4 steps): {grow}"
 

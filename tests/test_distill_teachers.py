@@ -127,3 +127,20 @@ def test_gradients_reach_generator_not_teachers() -> None:
         assert not t.training
         assert all(not p.requires_grad and p.grad is None for p in t.parameters())
     assert all(p.grad is None for p in student.parameters())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_bank_takes_a_bfloat16_input_under_autocast(batched: bool) -> None:
+    """Under bfloat16 autocast a generator hands the teachers a bfloat16 batch. vmap's
+    convolution rule runs below autocast, so the vmapped path must cast it back (without the
+    cast: "Input type (c10::BFloat16) and bias type (float) should be the same"); both paths
+    then agree with the float32 logits to bfloat16's rounding."""
+    models = _teachers(["cnn_mnist"] * 3)
+    bank = TeacherBank(copy.deepcopy(models), batched=batched, channels_last=False)
+    x = torch.rand(8, 1, 28, 28)
+    ref = bank.forward(x).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = bank.forward(x.to(torch.bfloat16), bn=True)
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.bn_loss)
+    scale = ref.abs().max().item()
+    assert (out.logits.float() - ref).abs().max().item() <= 0.05 * scale

@@ -10,10 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..devices import to_device
 from ..models.generator import Generator
 
-# 3 taps of a 3×3 kernel -> 4 taps of the stride-2 transposed convolution (one dimension)
-_UPSAMPLE_TAPS = ((0.0, 0.0, 1.0), (0.0, 1.0, 1.0), (1.0, 1.0, 0.0), (1.0, 0.0, 0.0))
+# 3 taps of a 3×3 kernel -> 4 taps of the stride-2 transposed convolution (one dimension);
+# a host tensor, copied to the weight's device without a stream sync at each use
+_UPSAMPLE_TAPS = torch.tensor(((0.0, 0.0, 1.0), (0.0, 1.0, 1.0), (1.0, 1.0, 0.0),
+                               (1.0, 0.0, 0.0)))
 
 
 def upsample_transposed_kernel(w: torch.Tensor) -> torch.Tensor:
@@ -24,7 +27,7 @@ def upsample_transposed_kernel(w: torch.Tensor) -> torch.Tensor:
     (w0, w1+w2) for a = 0 and rows (i, i+1) with (w0+w1, w2) for a = 1. The transposed
     convolution gives output row y the input row i through tap t = y − 2i + 1, so its taps are
     (w2, w1+w2, w0+w1, w0); the same for columns."""
-    a = w.new_tensor(_UPSAMPLE_TAPS)
+    a = to_device(_UPSAMPLE_TAPS, w.device).to(w.dtype)
     return torch.einsum("tr,oirq,uq->iotu", a, w, a)
 
 

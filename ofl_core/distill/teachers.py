@@ -156,8 +156,15 @@ class TeacherBank:
     def _call_group(self, g: _Group, x: torch.Tensor, bn: bool, features: bool):
         """One vmapped call over the group's stacked parameters and buffers. The BN hooks of
         the (meta) base module run inside the vmapped function, where ``module.running_mean``
-        is the swapped-in per-teacher buffer; their terms are returned as a vmap output."""
+        is the swapped-in per-teacher buffer; their terms are returned as a vmap output.
+        A lower-precision input is cast to the parameters' dtype first (see below)."""
         kwargs = {"return_features": True} if features else {}
+        # vmap's convolution rule runs below autocast, so inside the vmapped call a bfloat16
+        # input (a generator's output under autocast) would meet float32 weights; the
+        # teachers' convolutions there compute in float32 (their linear layers still autocast)
+        dtype = next(iter(g.params.values())).dtype
+        if x.is_floating_point() and x.dtype != dtype:
+            x = x.to(dtype)
 
         def fn(params: dict, buffers: dict, xx: torch.Tensor):
             sink: list[torch.Tensor] = []
