@@ -32,7 +32,7 @@ from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
 from .models import MODEL_NAMES
 from .precision import precision_label, resolve_amp
-from .registry import METHODS, method_config, run_method
+from .registry import METHODS, method_config, method_spec, run_method
 from .results import ResultRecord
 from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
@@ -146,6 +146,15 @@ class Setup:
     local_amp: bool = False  # the clients trained under bfloat16 autocast
     client_code: str = ""  # the clients' training code version (client_code_version)
 
+    def uploads_for(self, name: str, config: Any) -> list[ClientUpload]:
+        """The uploads method ``name`` receives: the shared clients' uploads, after the
+        method's own client step where it declares one (:class:`~ofl_core.server.MethodSpec`
+        ``client_step``; computed on the clients' local data, on this setup's device)."""
+        step = method_spec(name).client_step
+        if step is None:
+            return self.uploads
+        return step(self.uploads, self.dataset, self.partition, config, self.device)
+
     def context(self, seed: int | None = None) -> ServerContext:
         ds = self.dataset
 
@@ -258,7 +267,7 @@ def run_one(setup: Setup, name: str, config: Any) -> tuple[ResultRecord, ServerR
     accuracy filled from the test set when the method did not evaluate)."""
     ctx = setup.context()
     t0 = time.perf_counter()
-    res = run_method(name, setup.uploads, config, ctx)
+    res = run_method(name, setup.uploads_for(name, config), config, ctx)
     wall = time.perf_counter() - t0
     if res.last_acc is None:
         res.last_acc = ctx.evaluate(res.model)

@@ -25,7 +25,8 @@ from .uploads import check_upload_header
 
 #: the modules that declare the library's methods, in the taxonomy's order
 METHOD_MODULES: tuple[str, ...] = (
-    "ofl_core.methods.fedavg", "ofl_core.methods.ot_fusion", "ofl_core.methods.fedoneshot",
+    "ofl_core.methods.fedavg", "ofl_core.methods.ot_fusion", "ofl_core.fedlpa.server",
+    "ofl_core.methods.fedoneshot",
     "ofl_core.methods.ensemble", "ofl_core.methods.feddf", "ofl_core.methods.dafl",
     "ofl_core.methods.adi", "ofl_core.dense.server", "ofl_core.fedhydra.server",
     "ofl_core.coboosting.server", "ofl_core.fedcvae.server",

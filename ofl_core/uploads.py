@@ -27,7 +27,10 @@ class ClientUpload:
     """What a client sends to the server: its model (architecture + state_dict) and n_k.
 
     ``label_counts`` is only filled for methods whose upload includes them (FedCVAE); classifier
-    methods send ``None``. ``kind`` is ``"classifier"`` or ``"decoder"``.
+    methods send ``None``. ``kind`` is ``"classifier"`` or ``"decoder"``. ``curvature``: per
+    Linear/Conv2d layer (its state_dict prefix) the two Kronecker factors (A, G) of the layer's
+    Fisher that FedLPA's clients send beside their weights (``ofl_core.fedlpa.factors``, which
+    also validates them); None for every other method.
     """
 
     client_id: int
@@ -40,6 +43,7 @@ class ClientUpload:
     model_kwargs: dict = field(default_factory=dict)
     label_counts: tuple[int, ...] | None = None
     kind: str = "classifier"
+    curvature: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         # counts given as a numpy array or a list are kept as a tuple (a server tests

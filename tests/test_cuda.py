@@ -75,6 +75,7 @@ GEN = dict(nz=16, ngf=8)
 #: tiny settings of every server method (classifier uploads, or FedCVAE's decoder uploads)
 SERVERS: dict[str, dict] = {
     "fedavg": {}, "fedoneshot": {}, "ensemble": {}, "ot": {},
+    "fedlpa": {"newton_steps": 20},
     "feddf": SMALL,
     "fed-dafl": {**SMALL, **GEN},
     "fed-adi": {**SMALL, "kd_batch_size": 16},
@@ -96,7 +97,7 @@ DECODER_METHODS = {"fedcvae-ens", "fedcvae-kd", "param-avg", "kd"}
 #: the same test
 SENSITIVE = {"fedcvae-kd", "kd"}
 SENSITIVE_FACTOR = 3.0
-UNTRAINED = {"fedavg", "fedoneshot", "ensemble", "ot"}
+UNTRAINED = {"fedavg", "fedoneshot", "ensemble", "ot"}  # FedLPA: inverses and 20 GD steps
 
 
 def report(test: str, **values: object) -> None:
@@ -293,6 +294,15 @@ def server_inputs(name: str, request) -> tuple[list, ServerContext, torch.Tensor
         return t["uploads"], t["context"](seed=0), t["x_test"], t["y_test"]
     uploads, ctx = request.getfixturevalue("two_per_client")
     bars = request.getfixturevalue("bars")
+    step = METHODS[name].client_step
+    if step is not None:  # FedLPA's factors, on the CPU, from the clients' own data
+        from conftest import C6
+
+        from ofl_core.data.partition import make_partition
+
+        part = make_partition(bars.y_train.numpy(), 3, "classes_per_client", seed=1,
+                              classes_per_client=2, num_classes=C6)
+        uploads = step(uploads, bars, part, method_config(name, **SERVERS[name]), "cpu")
     return uploads, ctx, bars.x_test, bars.y_test
 
 

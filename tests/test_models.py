@@ -18,6 +18,7 @@ EXPECTED_NAMES = {
     "cnn1",
     "mcmahan_cnn",
     "lenet",
+    "simplecnn_mnist",
     "resnet18",
     "wrn16_1",
     "wrn40_1",
@@ -167,3 +168,10 @@ def test_generator_init_statistics() -> None:
     init_generator_weights(g2, torch.Generator().manual_seed(0))
     for a, b in zip(g.state_dict().values(), g2.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_simplecnn_mnist_is_niid_benchs_lenet() -> None:
+    """FedLPA's client model: LeNet-5 without padding, FC 256→120 at 28 px, no BatchNorm."""
+    m = build_model("simplecnn_mnist", 10, 1, 28)
+    assert m.flat_dim == 256 and sum(p.numel() for p in m.parameters()) == 44_426
+    assert not any(isinstance(x, torch.nn.BatchNorm2d) for x in m.modules())

@@ -166,14 +166,17 @@ class LeNet5(Classifier):
 
     conv in→6 5×5 (padding 2 at 28 px so that both 28 and 32 px reach 5×5), ReLU, maxpool 2;
     conv 6→16 5×5, ReLU, maxpool 2; FC 400→120, ReLU; FC 120→84, ReLU; FC 84→C.
-    Features: the 84-d activation.
+    Features: the 84-d activation. ``first_padding`` overrides the first convolution's padding
+    (0 at 28 px: FC 256→120, NIID-Bench's ``SimpleCNNMNIST``, FedLPA's client model, which is
+    :func:`simple_cnn_mnist`).
     """
 
-    def __init__(self, num_classes: int, in_channels: int = 1, image_size: int = 28) -> None:
+    def __init__(self, num_classes: int, in_channels: int = 1, image_size: int = 28,
+                 first_padding: int | None = None) -> None:
         super().__init__()
         check_input_spec(in_channels, image_size)
         self.num_classes, self.in_channels, self.image_size = num_classes, in_channels, image_size
-        pad = 2 if image_size == 28 else 0
+        pad = (2 if image_size == 28 else 0) if first_padding is None else first_padding
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, 6, kernel_size=5, padding=pad),
             nn.ReLU(),
@@ -195,3 +198,10 @@ class LeNet5(Classifier):
 
     def extract_features(self, x: torch.Tensor) -> torch.Tensor:
         return self.hidden(torch.flatten(self.conv(x), 1))
+
+
+def simple_cnn_mnist(num_classes: int, in_channels: int = 1, image_size: int = 28) -> LeNet5:
+    """NIID-Bench's ``SimpleCNNMNIST``, FedLPA's client model: LeNet-5 without padding and
+    without BatchNorm — conv in→6 5×5, ReLU, maxpool 2; conv 6→16 5×5, ReLU, maxpool 2;
+    FC 256→120 (at 28 px), ReLU; FC 120→84, ReLU; FC 84→C."""
+    return LeNet5(num_classes, in_channels, image_size, first_padding=0)

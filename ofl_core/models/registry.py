@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from .base import VALID_IMAGE_SIZES, VALID_IN_CHANNELS, check_input_norm
-from .cnn import CNN1, CNNCifar, CNNMnist, LeNet5, McMahanCNN
+from .cnn import CNN1, CNNCifar, CNNMnist, LeNet5, McMahanCNN, simple_cnn_mnist
 from .googlenet import GoogLeNet
 from .resnet import resnet18
 from .wrn import wrn16_1, wrn40_1
@@ -21,6 +21,7 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "cnn1": CNN1,
     "mcmahan_cnn": McMahanCNN,
     "lenet": LeNet5,
+    "simplecnn_mnist": simple_cnn_mnist,
     "resnet18": resnet18,
     "wrn16_1": wrn16_1,
     "wrn40_1": wrn40_1,

@@ -44,7 +44,11 @@ class MethodSpec:
     (``None`` for an ablation variant that is not a method of its own, e.g. FedCVAE Table 6's
     server variants); ``homogeneous``: it averages parameters, so every client must share one
     architecture (mixed-architecture tables skip it); ``client``: which client kind it
-    distils, ``"classifier"`` or ``"decoder"`` (FedCVAE's CVAE decoders).
+    distils, ``"classifier"`` or ``"decoder"`` (FedCVAE's CVAE decoders); ``client_step``:
+    what each client computes on its own data beyond its trained model before it uploads
+    (FedLPA's curvature factors), ``client_step(uploads, dataset, partition, cfg, device) ->
+    uploads``; the experiment applies it to the shared clients' uploads before ``run``, so the
+    method still sees the same trained models as every other method of the table.
     """
 
     name: str
@@ -53,6 +57,7 @@ class MethodSpec:
     kind: MethodKind | None
     homogeneous: bool = False
     client: str = "classifier"
+    client_step: Callable[..., list] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower() or " " in self.name:

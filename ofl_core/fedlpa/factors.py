@@ -1,0 +1,160 @@
+"""FedLPA's client-side curvature: per Linear/Conv2d layer the Kronecker factors A (inputs) and
+G (output gradients) of the layer's Fisher, K-FAC style, as FedLPA's public code computes them
+(``kfac_utils.ComputeCovA``/``ComputeCovG`` with ``batch_averaged=True``, summed over one pass
+of the local data with weights |batch|/n, then damped), and their validation on the server.
+
+For a Linear layer with input a (bias column 1 appended) and gradient g̃ of the per-sample
+cross-entropy (true labels: the empirical Fisher) with respect to its output,
+
+    A = 1/n Σ_i a_i a_iᵀ,      G = 1/n Σ_i g̃_i g̃_iᵀ;
+
+for a Conv2d layer the input is the unfolded patches a_ip (C·kh·kw, bias column 1), divided
+by the number of output positions HW, and g̃_ip the output gradient at position p:
+
+    A = 1/n Σ_i Σ_p (a_ip/HW)(a_ip/HW)ᵀ,      G = HW/n Σ_i Σ_p g̃_ip g̃_ipᵀ.
+
+Both are independent of how the pass is batched (the code's per-batch averages, weighted by
+|batch|/n, sum to exactly these). Damping: A + √(1 − coor)·I and G + √(1 − coor)·I.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..uploads import UploadError
+
+Factors = dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+#: relative tolerance of the server's symmetry and positive-semidefiniteness checks
+FACTOR_TOL = 1e-4
+
+
+def factor_layers(model: nn.Module) -> Iterator[tuple[str, nn.Linear | nn.Conv2d]]:
+    """The layers FedLPA aggregates through their factors (the code's ``known_modules``):
+    every ``nn.Linear`` and ``nn.Conv2d``, by state_dict prefix, in module order."""
+    for name, mod in model.named_modules():
+        if type(mod) in (nn.Linear, nn.Conv2d):
+            yield name, mod
+
+
+def layer_matrix(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A layer's parameters as one matrix M (out, in·kh·kw [+ 1]): the weight flattened per
+    output, the bias as the last column (the factors' layout)."""
+    m = weight.reshape(weight.shape[0], -1)
+    return torch.cat([m, bias.reshape(-1, 1)], 1) if bias is not None else m
+
+
+def _layer_input(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The rows a (one per sample, or per sample and output position) whose outer products
+    make A, bias column appended, conv patches divided by the number of positions."""
+    if isinstance(mod, nn.Conv2d):
+        patches = F.unfold(x, mod.kernel_size, mod.dilation, mod.padding, mod.stride)
+        a = patches.transpose(1, 2).reshape(-1, patches.shape[1])  # (B·HW, C·kh·kw)
+        positions = patches.shape[2]
+    else:
+        a, positions = x.reshape(x.shape[0], -1), 1
+    if mod.bias is not None:
+        a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1)
+    return a / positions
+
+
+def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, coor: float,
+                 batch_size: int = 64, device: str | torch.device = "cpu") -> Factors:
+    """A and G of every Linear/Conv2d layer of ``model`` on the local data (uint8 images ``x``
+    scaled to [0, 1] as in training, labels ``y``), damped by √(1 − ``coor``)·I. The model runs
+    in eval mode and is left unchanged. Returns {layer prefix: (A, G)} on the CPU, float32."""
+    if not 0.0 <= coor <= 1.0:
+        raise ValueError(f"coor must be in [0, 1] (damping √(1 − coor)), got {coor}")
+    n = len(y)
+    if n == 0:
+        raise ValueError("kfac_factors: a client without data has no curvature")
+    model = model.to(device).eval()
+    layers = list(factor_layers(model))
+    sums: dict[str, list[torch.Tensor]] = {}
+    inputs: dict[str, torch.Tensor] = {}
+    outputs: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+            inputs[name] = args[0].detach()
+            out.retain_grad()
+            outputs[name] = out
+        return hook
+
+    handles = [mod.register_forward_hook(keep(name)) for name, mod in layers]
+    try:
+        for s in range(0, n, batch_size):
+            # gradients flow from the input (the weights may be frozen; theirs are not needed)
+            xb = x[s : s + batch_size].to(device).float().div_(255.0).requires_grad_(True)
+            yb = y[s : s + batch_size].to(device).long()
+            with torch.enable_grad():
+                # per-sample gradients g̃ = B · ∂(mean CE)/∂output
+                loss = F.cross_entropy(model(xb), yb, reduction="sum")
+                loss.backward()
+            for name, mod in layers:
+                a = _layer_input(mod, inputs[name])
+                g = outputs[name].grad
+                if isinstance(mod, nn.Conv2d):
+                    hw = g.shape[2] * g.shape[3]
+                    g = g.permute(0, 2, 3, 1).reshape(-1, g.shape[1]) * math.sqrt(hw)
+                a_sum, g_sum = a.T @ a, g.T @ g
+                if name in sums:
+                    sums[name][0] += a_sum
+                    sums[name][1] += g_sum
+                else:
+                    sums[name] = [a_sum, g_sum]
+    finally:
+        for h in handles:
+            h.remove()
+    damp = math.sqrt(1.0 - coor)
+    out: Factors = {}
+    for name, (a_sum, g_sum) in sums.items():
+        eye_a = torch.eye(a_sum.shape[0], device=a_sum.device)
+        eye_g = torch.eye(g_sum.shape[0], device=g_sum.device)
+        out[name] = ((a_sum / n + damp * eye_a).cpu(), (g_sum / n + damp * eye_g).cpu())
+    return out
+
+
+def validate_factors(factors: Factors | None, model: nn.Module, who: str) -> None:
+    """Check an upload's factors against its (built) model before the server trusts them:
+    exactly the model's Linear/Conv2d layers, each A (d × d, d = the layer's inputs per output
+    [+ 1 for the bias]) and G (out × out) finite, symmetric and positive semidefinite within
+    :data:`FACTOR_TOL` of their scale. Raises :class:`~ofl_core.uploads.UploadError`."""
+    if not isinstance(factors, dict):
+        raise UploadError(f"{who}: FedLPA needs the clients' curvature factors (upload."
+                          f"curvature), got {type(factors).__name__}; the experiment computes "
+                          f"them with the method's client step (ofl_core.fedlpa.factors)")
+    layers = dict(factor_layers(model))
+    if set(factors) != set(layers):
+        raise UploadError(f"{who}: curvature factors for layers {sorted(factors)}, but the model's "
+                          f"Linear/Conv2d layers are {sorted(layers)}")
+    for name, mod in layers.items():
+        pair = factors[name]
+        if not (isinstance(pair, tuple | list) and len(pair) == 2
+                and all(isinstance(t, torch.Tensor) for t in pair)):
+            raise UploadError(f"{who}: curvature[{name!r}] must be a pair of tensors (A, G)")
+        d = layer_matrix(mod.weight, mod.bias).shape[1]
+        out_dim = mod.weight.shape[0]
+        for label, t, size in (("A", pair[0], d), ("G", pair[1], out_dim)):
+            what = f"{who}: curvature[{name!r}] {label}"
+            if t.shape != (size, size) or not t.is_floating_point():
+                raise UploadError(f"{what} must be a float {size}×{size} matrix, got "
+                                  f"{tuple(t.shape)} {t.dtype}")
+            t = t.double()
+            if not torch.isfinite(t).all():
+                raise UploadError(f"{what} has non-finite values")
+            scale = float(t.abs().max()) or 1.0
+            if float((t - t.T).abs().max()) > FACTOR_TOL * scale:
+                raise UploadError(f"{what} is not symmetric")
+            low = float(torch.linalg.eigvalsh((t + t.T) / 2).min())
+            if low < -FACTOR_TOL * scale:
+                raise UploadError(f"{what} is not positive semidefinite (eigenvalue {low:.3g})")
+
+
+__all__ = ["FACTOR_TOL", "Factors", "factor_layers", "kfac_factors", "layer_matrix",
+           "validate_factors"]
