@@ -78,7 +78,8 @@ def test_report_scoreboard_structure(tmp_path):
             if t.notebook == "main_tables" and t.parameters.get("dataset") == "fmnist"]
     paper_scale = {**full[0], "alphas": [0.1]}
     _run(tmp_path, "aaa", {"alphas": [0.1]}, [_rec("fedavg", 41.0, 1), _rec("fedavg", 42.0, 2),
-                                               _rec("dense", 30.0)], paper_scale)
+                                               _rec("dense", 30.0), _rec("ensemble", 75.0)],
+         paper_scale)
     quick = effective_parameters(Task("main_tables"))
     _run(tmp_path, "bbb", {}, [_rec("fedavg", 20.0), _rec("ensemble", 55.0),
                                _rec("coboosting", 44.0),
@@ -122,6 +123,11 @@ def test_report_scoreboard_structure(tmp_path):
     extras = board.find_next("table")  # ...but beside the table, as "also on these clients"
     assert "extras" in extras["class"] and "ensemble" in extras.text and "55.00" in extras.text
     assert "coboosting" in extras.text and "44.00" in extras.text  # beside DENSE's rows
+    # a paper-scale and a quick record (other clients) are two rows, never one mean
+    ens = [tr.text for tr in extras.find_all("tr") if "ensemble" in tr.text]
+    assert len(ens) == 2 and "65.00" not in extras.text
+    assert any("75.00" in t and "paper" in t for t in ens)
+    assert any("55.00" in t and "quick" in t for t in ens)
     # the method taxonomy: what each method needs and what a client uploads
     methods = soup.find(id="methods").find_next("table")
     assert "taxonomy" in methods["class"] and "CVAE decoder + label counts" in methods.text
@@ -167,6 +173,37 @@ def test_report_lists_an_unreadable_notebook_and_escapes_names(tmp_path):
     fig.write_bytes(b"")
     text = build_report(tmp_path).read_text()
     assert "could not be read" in text and "<svg onload" not in text
+
+
+def test_a_copied_report_shows_its_figures_and_loads_nothing_from_the_network(tmp_path):
+    """The figures are copied into report/figures (a report folder copied alone still shows
+    them) and no page of the report, the per-run pages included, loads a script or a style
+    sheet from a URL (MathJax and require.js from a CDN: blank or slow offline)."""
+    import shutil
+
+    _run(tmp_path, "r3", {}, [_rec("fedavg", 20.0)], effective_parameters(Task("main_tables")))
+    nb = tmp_path / "runs" / "main_tables" / "r3.ipynb"
+    nb.write_text(nbformat.writes(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("a formula $x^2$")])))
+    fig = tmp_path / "figures" / "main_tables" / "sub" / "paper_vs_ours.png"
+    fig.parent.mkdir(parents=True)
+    fig.write_bytes(b"\x89PNG\r\n\x1a\n")
+    build_report(tmp_path, results=None)
+    copy = tmp_path / "elsewhere" / "report"
+    shutil.copytree(tmp_path / "report", copy)
+    pages = sorted(copy.rglob("*.html"))
+    assert len(pages) >= 2  # the index and the run's page
+    srcs = []
+    for page in pages:
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        srcs += [(page, t.get("src") or t.get("href")) for t in soup.find_all(["script", "link",
+                                                                              "img"])]
+        for img in soup.find_all("img"):
+            assert (page.parent / img["src"]).is_file(), img["src"]
+    assert not [s for s in srcs if s[1] and re.match(r"(https?:)?//", s[1])], srcs
+    index = BeautifulSoup((copy / "index.html").read_text(), "html.parser")
+    assert [i["src"] for i in index.find_all("img")] == [
+        "figures/main_tables/sub/paper_vs_ours.png"]
 
 
 def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):

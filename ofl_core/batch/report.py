@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -100,11 +102,17 @@ def _render_notebook(src: Path, page: Path) -> str | None:
     """Render an executed notebook without inputs; the error text when it cannot be read."""
     from nbconvert import HTMLExporter
 
+    # no script from a CDN (MathJax, require.js, widgets): the page must open offline and from
+    # a copied report folder; the notebooks' outputs are tables, text and PNGs
+    offline = dict.fromkeys(("mathjax_url", "require_js_url", "jquery_url", "widget_renderer_url",
+                             "mermaid_js_url", "mermaid_layout_elk_js_url",
+                             "jupyter_widgets_base_url"), "")
     try:
         body, _ = HTMLExporter(exclude_input=True, exclude_output_prompt=True,
-                               exclude_input_prompt=True).from_filename(str(src))
+                               exclude_input_prompt=True, **offline).from_filename(str(src))
     except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
         return str(e)[:300] or type(e).__name__
+    body = re.sub(r'<script[^>]*\ssrc=""[^>]*>\s*</script>', "", body)
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(body)
     return None
@@ -177,10 +185,16 @@ def _taxonomy_html() -> str:
 
 
 def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
+    """The runs' figures, copied into the report's own ``figures/`` folder (a copied or
+    attached report shows them), by notebook, as paths relative to the report."""
     figs: dict[str, list[str]] = {}
     for f in sorted((out / "figures").glob("*/**/*.png")):
-        nb = f.relative_to(out / "figures").parts[0]
-        figs.setdefault(nb, []).append(os.path.relpath(f, rep))
+        rel = f.relative_to(out / "figures")
+        dst = rep / "figures" / rel
+        if not dst.exists() or dst.stat().st_mtime < f.stat().st_mtime:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+        figs.setdefault(rel.parts[0], []).append(dst.relative_to(rep).as_posix())
     return figs
 
 

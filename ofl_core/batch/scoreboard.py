@@ -226,7 +226,9 @@ def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
     df = unmatched[(unmatched["paper"] == paper) & (unmatched["table"] == table)]
     df = df[df[COLUMN_KEYS].apply(tuple, axis=1).isin(col_keys)]
     out = []
-    for (method, preset), g in df.groupby(["method", "preset"], sort=False):
+    # one row per scale: a paper-scale record and a quick one ran on different clients, and
+    # their mean would be no measurement of anything
+    for (method, preset, _scale), g in df.groupby(["method", "preset", "scale"], sort=False):
         texts = []
         for ck in col_keys:
             c = g[g[COLUMN_KEYS].apply(tuple, axis=1) == ck]
