@@ -206,6 +206,48 @@ def test_a_copied_report_shows_its_figures_and_loads_nothing_from_the_network(tm
         "figures/main_tables/sub/paper_vs_ours.png"]
 
 
+def test_the_scoreboard_exports_as_csv_and_json_that_match_the_html(tmp_path):
+    """report/scoreboard.csv and .json: one row per cell × preset × scale, the same rows in
+    both files (the CSV read back equals the JSON), and the numbers the HTML shows."""
+    import pandas as pd
+
+    from ofl_core.batch.scoreboard import EXPORT_COLUMNS
+
+    _shipped(tmp_path, [_rec("fedavg", 41.0, 1), _rec("fedavg", 42.0, 2),
+                        {**_rec("fedavg", 30.0), "preset": "authors_code"},
+                        _rec("dense", 85.0, alpha=0.5)])
+    _run(tmp_path / "out", "q1", {}, [_rec("fedavg", 20.0)],
+         effective_parameters(Task("main_tables")))
+    index = build_report(tmp_path / "out", results=tmp_path / "results")
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+    assert {a["href"] for a in soup.select("p.export a")} == {"scoreboard.csv", "scoreboard.json"}
+    rows = json.loads((index.parent / "scoreboard.json").read_text())
+    csv = pd.read_csv(index.parent / "scoreboard.csv", keep_default_na=False)
+    assert list(csv.columns) == list(EXPORT_COLUMNS) and len(csv) == len(rows) == 4
+    back = [{k: (None if v == "" and rows[i][k] is None else v) for k, v in r.items()}
+            for i, r in enumerate(csv.to_dict("records"))]
+    for mine, theirs in zip(back, rows, strict=True):
+        for k in EXPORT_COLUMNS:
+            want = theirs[k]
+            got = mine[k]
+            if isinstance(want, float):
+                assert float(got) == pytest.approx(want), k
+            elif isinstance(want, bool):
+                assert str(got) == str(want), k
+            else:
+                assert got == want or str(got) == str(want), k
+    by = {(r["method"], r["preset"], r["scale"], r["alpha"]): r for r in rows}
+    fedavg = by[("fedavg", "paper", "paper", "0.1")]
+    assert fedavg["paper_acc"] == 41.69 and fedavg["ours_last"] == 41.5 and fedavg["n_seeds"] == 2
+    assert fedavg["gap"] == pytest.approx(41.5 - 41.69) and fedavg["verdict"] == "reproduced"
+    assert fedavg["run_ids"] == "zzz" and fedavg["paper_scale"] is True
+    assert by[("fedavg", "paper", "quick", "0.1")]["verdict"] == "not comparable"
+    assert by[("fedavg", "authors_code", "paper", "0.1")]["verdict"] == "below"
+    html = soup.find(id="dense-T1").find_next("table").text
+    for r in rows:  # every exported number is on the page
+        assert f"{r['ours_last']:.2f}" in html
+
+
 def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
     _shipped(tmp_path, [_rec("fedavg", 45.5), {**_rec("fedavg", 30.0), "preset": "authors_code"},
                         _rec("dense", 30.0), _rec("dense", 85.0, alpha=0.5)])

@@ -16,12 +16,23 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+import pandas as pd
+
 from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
 from .runfiles import BadRunFile, check_failure, check_run, read_json
 from .scale import run_scale
-from .scoreboard import annotated_frame, boards, entries, further, split, summary
+from .scoreboard import (
+    EXPORT_COLUMNS,
+    annotated_frame,
+    boards,
+    entries,
+    export_rows,
+    further,
+    split,
+    summary,
+)
 from .tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -214,6 +225,15 @@ def _see_links(rep: Path, docs: Path = DECISIONS_DIR):
     return links
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                  results: Path | None = RESULTS_DIR) -> Path:
     """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.
@@ -249,6 +269,10 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
         taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json, problems=problems)
+    rows = export_rows(ent)
+    frame = pd.DataFrame(rows, columns=list(EXPORT_COLUMNS))
+    _write_atomic(rep / "scoreboard.csv", frame.to_csv(index=False))
+    _write_atomic(rep / "scoreboard.json", json.dumps(rows, indent=1))
     index = rep / "index.html"
     tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
     try:

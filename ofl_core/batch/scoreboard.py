@@ -59,6 +59,8 @@ class Entry:
     scale: str  # paper / quick / reduced
     links: list[tuple[str, str]]  # (run id, notebook)
     gap: Gap | None = None  # the explanation when the verdict is above / below
+    paper: float | None = None  # the paper's number
+    code_versions: tuple[str, ...] = ()  # the runs' "ofl_core <version>, git <commit>"
 
     @property
     def mark(self) -> str:
@@ -110,9 +112,11 @@ def annotated_frame(runs: Iterable[dict]) -> pd.DataFrame:
         for rec in run.get("records", []):
             rows.append({**rec, "run_id": run["run_id"], "notebook": run["notebook"],
                          "href": run["href"], "paper_scale": run["scale"].paper,
-                         "scale_reason": run["scale"].reason, "scale": run["scale"].short})
+                         "scale_reason": run["scale"].reason, "scale": run["scale"].short,
+                         "code_version": run.get("code_version", "")})
     frame = records_frame(rows)
-    for col in ("run_id", "notebook", "href", "paper_scale", "scale_reason", "scale"):
+    for col in ("run_id", "notebook", "href", "paper_scale", "scale_reason", "scale",
+                "code_version"):
         frame[col] = [r[col] for r in rows] if rows else pd.Series(dtype=object)
     frame["akey"] = frame["alpha"].map(alpha_key)
     frame["setting"] = frame["setting"].fillna("")
@@ -156,7 +160,9 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
                   verdict=verdict(float(last.mean()), float(g["accuracy"].iloc[0]),
                                   None if pd.isna(paper_std) else float(paper_std),
                                   bool(key[-3])),
-                  links=links)
+                  links=links, paper=float(g["accuracy"].iloc[0]),
+                  code_versions=tuple(dict.fromkeys(g["code_version"].fillna("")
+                                                    if "code_version" in g else ())))
         row = dict(zip(cols, key, strict=True))
         if e.verdict in ("above", "below"):
             e.gap = find_gap(gaps, row, e.preset)
@@ -237,6 +243,34 @@ def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
                 f" ± {last.std(ddof=1):.2f}" if len(last) > 1 else "")
                 + f" (n={c['seed'].nunique()}, {'/'.join(sorted(set(c['scale'])))})")
         out.append((method if preset == "paper" else f"{method} ({preset})", texts))
+    return out
+
+
+#: the columns of the scoreboard's export (report/scoreboard.csv and .json), in order
+EXPORT_COLUMNS = ("paper", "table", "dataset", "method", "alpha", "partition", "num_clients",
+                  "setting", "preset", "scale", "paper_scale", "paper_acc", "ours_last",
+                  "ours_std", "ours_best", "n_seeds", "verdict", "gap", "precision", "run_ids",
+                  "code_versions", "why")
+
+
+def export_rows(ent: pd.DataFrame) -> list[dict]:
+    """The scoreboard as rows, one per paper cell × preset × scale: the paper's number, ours
+    (last-epoch mean, std, best-epoch mean, seeds), the verdict, the gap ours − paper, and
+    where it came from (run ids, code versions), in :data:`EXPORT_COLUMNS`' order."""
+    out = []
+    for _, r in ent.iterrows():
+        e: Entry = r["entry"]
+        out.append({
+            "paper": r["paper"], "table": r["table"], "dataset": r["dataset"],
+            "method": r["method"], "alpha": r["akey"], "partition": r["partition"],
+            "num_clients": int(r["num_clients"]), "setting": r["setting"], "preset": e.preset,
+            "scale": e.scale, "paper_scale": e.paper_scale, "paper_acc": e.paper,
+            "ours_last": round(e.last, 4), "ours_std": None if e.std is None else round(e.std, 4),
+            "ours_best": round(e.best, 4), "n_seeds": e.n_seeds, "verdict": e.verdict,
+            "gap": None if e.paper is None else round(e.last - e.paper, 4),
+            "precision": e.precision, "run_ids": ";".join(run for run, _ in e.links),
+            "code_versions": ";".join(v for v in e.code_versions if v),
+            "why": e.gap.why if e.gap is not None else ""})
     return out
 
 
