@@ -246,6 +246,26 @@ def test_the_scoreboard_exports_as_csv_and_json_that_match_the_html(tmp_path):
     html = soup.find(id="dense-T1").find_next("table").text
     for r in rows:  # every exported number is on the page
         assert f"{r['ours_last']:.2f}" in html
+    # the verdict line per paper, at the top; the gap and a single seed flagged in the cell
+    lines = [li.text for li in soup.select("ul.verdicts li")]
+    assert lines[0].startswith("DENSE — Table 1: 2 of 2 judged cells reproduced under the "
+                               "paper preset; 90 cells in all")
+    assert "its own method" not in lines[0]
+    assert "FedCVAE: no cell run at paper scale yet" in lines
+    assert "(-0.19)" in html and "(-0.94)" in html and "1 seed" in html
+
+
+def test_borderline_entries_and_a_paper_whose_method_never_ran(tmp_path):
+    """A gap within 0.5 points of the threshold is marked borderline; a paper whose own
+    method has no paper-scale record says so in its verdict line."""
+    _shipped(tmp_path, [_rec("fedavg", 41.69 - 2.3)])
+    index = build_report(tmp_path / "out", results=tmp_path / "results")
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+    cell = soup.find(id="dense-T1").find_next("table").find(class_="ours")
+    assert "v-below" in cell["class"] and cell.find(class_="borderline")
+    line = soup.select("ul.verdicts li")[0].text
+    assert "0 of 1 judged cells" in line and "its own method (dense) not run at paper scale" \
+        in line
 
 
 def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):

@@ -30,6 +30,7 @@ from .scoreboard import (
     entries,
     export_rows,
     further,
+    paper_verdicts,
     split,
     summary,
 )
@@ -267,6 +268,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
+        verdict_lines=paper_verdicts(ent),
         further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
         taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json, problems=problems)
     rows = export_rows(ent)

@@ -31,6 +31,12 @@ COLUMN_KEYS = ["dataset", "akey", "partition", "num_clients", "setting"]
 DATASET_NAMES = {"mnist": "MNIST", "fmnist": "FMNIST", "svhn": "SVHN", "cifar10": "CIFAR-10",
                  "cifar100": "CIFAR-100", "tinyimagenet": "Tiny-ImageNet"}
 MARKS = {"reproduced": "✓", "above": "▲", "below": "▼", "not comparable": "○"}
+#: a judged gap within this many points of the threshold is marked borderline
+BORDERLINE = 0.5
+#: each paper's own methods (the verdict line says when none of them ran at paper scale)
+OWN_METHODS = {"dense": ("dense",), "fedhydra": ("fedhydra",),
+               "fedcvae": ("fedcvae-ens", "fedcvae-kd")}
+PAPER_NAMES = {"dense": "DENSE", "fedhydra": "FedHydra", "fedcvae": "FedCVAE"}
 
 
 def verdict(ours: float, paper: float, paper_std: float | None, comparable: bool) -> str:
@@ -60,11 +66,30 @@ class Entry:
     links: list[tuple[str, str]]  # (run id, notebook)
     gap: Gap | None = None  # the explanation when the verdict is above / below
     paper: float | None = None  # the paper's number
+    paper_std: float | None = None  # the paper's std, where it prints one
     code_versions: tuple[str, ...] = ()  # the runs' "ofl_core <version>, git <commit>"
 
     @property
     def mark(self) -> str:
         return MARKS[self.verdict]
+
+    @property
+    def tolerance(self) -> float:
+        """The verdict's threshold: max(2 points, the paper's std)."""
+        return max(TOLERANCE, self.paper_std or 0.0)
+
+    @property
+    def gap_points(self) -> float | None:
+        """Ours − paper (last epoch), where the paper's number is known."""
+        return None if self.paper is None else self.last - self.paper
+
+    @property
+    def borderline(self) -> bool:
+        """A judged entry whose gap is within 0.5 points of the threshold: one more seed or
+        a rounding could flip its verdict."""
+        g = self.gap_points
+        return (self.paper_scale and g is not None
+                and abs(abs(g) - self.tolerance) <= BORDERLINE)
 
 
 @dataclass
@@ -161,6 +186,7 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
                                   None if pd.isna(paper_std) else float(paper_std),
                                   bool(key[-3])),
                   links=links, paper=float(g["accuracy"].iloc[0]),
+                  paper_std=None if pd.isna(paper_std) else float(paper_std),
                   code_versions=tuple(dict.fromkeys(g["code_version"].fillna("")
                                                     if "code_version" in g else ())))
         row = dict(zip(cols, key, strict=True))
@@ -272,6 +298,43 @@ def export_rows(ent: pd.DataFrame) -> list[dict]:
             "code_versions": ";".join(v for v in e.code_versions if v),
             "why": e.gap.why if e.gap is not None else ""})
     return out
+
+
+def paper_verdicts(ent: pd.DataFrame) -> list[str]:
+    """One line per paper: per table, of its cells judged at paper scale how many reproduce
+    under the paper preset and under either preset, and whether the paper's own method ran
+    at paper scale at all."""
+    pr = _paper_cells()
+    lines = []
+    for paper in dict.fromkeys(pr["paper"]):
+        name = PAPER_NAMES.get(paper, paper)
+        parts = []
+        own_run = False
+        for table in dict.fromkeys(pr[pr["paper"] == paper]["table"]):
+            n_cells = len(pr[(pr["paper"] == paper) & (pr["table"] == table)])
+            mine = ent[(ent["paper"] == paper) & (ent["table"] == table)] if not ent.empty \
+                else ent
+            judged = {}
+            for key, g in (mine.groupby(KEYS, sort=False) if not mine.empty else []):
+                at = [e for e in g["entry"] if e.paper_scale]
+                if at:
+                    judged[key] = at
+                    own_run |= key[3] in OWN_METHODS.get(paper, ())
+            if not judged:
+                continue
+            by_paper = sum(any(e.preset == "paper" and e.verdict == "reproduced" for e in at)
+                           for at in judged.values())
+            by_any = sum(any(e.verdict == "reproduced" for e in at) for at in judged.values())
+            either = f" ({by_any} under either preset)" if by_any != by_paper else ""
+            parts.append(f"Table {table[1:]}: {by_paper} of {len(judged)} judged cells "
+                         f"reproduced under the paper preset{either}; {n_cells} cells in all")
+        if not parts:
+            lines.append(f"{name}: no cell run at paper scale yet")
+            continue
+        own = "" if own_run else (f"; its own method ({', '.join(OWN_METHODS[paper])}) not run "
+                                  f"at paper scale" if paper in OWN_METHODS else "")
+        lines.append(f"{name} — " + "; ".join(parts) + own)
+    return lines
 
 
 def summary(ent: pd.DataFrame) -> Summary:
