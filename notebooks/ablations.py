@@ -66,7 +66,7 @@ decoder_kd_epochs: Optional[int] = 3
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/ablations"
+figures_dir: str = "../figures_interactive/ablations"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

@@ -64,7 +64,7 @@ classifier_epochs: Optional[int] = 2
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/client_scaling"
+figures_dir: str = "../figures_interactive/client_scaling"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

@@ -63,7 +63,7 @@ classifier_epochs: Optional[int] = 2
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/cvae_security_shift"
+figures_dir: str = "../figures_interactive/cvae_security_shift"
 
 # %%
 from ofl_core.experiment import ExperimentConfig

@@ -65,7 +65,7 @@ fedcvae_kd_epochs: Optional[int] = 1
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/heterogeneous_models"
+figures_dir: str = "../figures_interactive/heterogeneous_models"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

@@ -53,7 +53,7 @@ strat_batch_size: int = 8
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/local_epochs"
+figures_dir: str = "../figures_interactive/local_epochs"
 
 # %% [markdown]
 # ## The runs, and the figures each one serves

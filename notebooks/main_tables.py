@@ -62,7 +62,7 @@ classifier_epochs: Optional[int] = 2
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/main_tables"
+figures_dir: str = "../figures_interactive/main_tables"
 
 # %% [markdown]
 # ## The runs, and the tables each one serves

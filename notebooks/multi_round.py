@@ -61,7 +61,7 @@ strat_batch_size: int = 8
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/multi_round"
+figures_dir: str = "../figures_interactive/multi_round"
 
 # %% [markdown]
 # ## The runs, and the table each one serves

@@ -37,7 +37,7 @@ fedcvae_seed: int = 1693
 fedcvae_subset: float = 0.5
 classes_per_client: int = 2
 data_root: Optional[str] = None
-figures_dir: str = "../figures/partitions"
+figures_dir: str = "../figures_interactive/partitions"
 
 # %%
 from ofl_core.data.datasets import load_dataset

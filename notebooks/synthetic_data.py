@@ -49,7 +49,7 @@ baseline_test_images: int = 1000
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
-figures_dir: str = "../figures/synthetic_data"
+figures_dir: str = "../figures_interactive/synthetic_data"
 
 # %% [markdown]
 # ## The runs: DENSE and FedHydra on the same clients

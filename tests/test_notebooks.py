@@ -130,6 +130,15 @@ def test_every_parameter_of_every_notebook_has_a_type():
             assert info["inferred_type_name"] != "None", f"{nb}: annotate {name!r}"
 
 
+def test_an_interactive_run_never_writes_the_reports_figures():
+    """Run in JupyterLab, a notebook writes its figures to figures_interactive/<notebook>, not
+    to figures/<notebook> (the batch runner's, which the report shows): re-running a notebook
+    by hand cannot replace what the report shows. The runner always passes its own."""
+    for nb in list_notebooks():
+        default = notebook_parameters(NOTEBOOK_DIR / f"{nb}.ipynb")["figures_dir"]["default"]
+        assert default.strip("'\"") == f"../figures_interactive/{nb}", nb
+
+
 def test_grid_with_a_wrong_type_fails_before_running(tmp_path, capsys):
     grid = tmp_path / "g.yaml"
     grid.write_text("main_tables:\n  - local_epochs: ten\n")
