@@ -19,10 +19,11 @@
 # Every method of a table runs on the **same partition and the same trained clients**
 # (cached). We report the server model's last-epoch and best-epoch test accuracy beside the
 # paper's number, and the teacher ensemble's accuracy (the reference distillation aims at).
-# **Co-Boosting** (Dai et al., ICLR 2024) and **FedLPA** (Liu et al., NeurIPS 2024: each client
+# **Co-Boosting** (Dai et al., ICLR 2024), **FedLPA** (Liu et al., NeurIPS 2024: each client
 # also uploads K-FAC factors of its layers, computed on its own data; the server solves for the
-# layer weights) run beside DENSE on the same clients; their own tables are not in this package
-# (no primary source here), so their rows have no paper cell.
+# layer weights) and **IntactOFL** (Zeng et al., ACM MM 2024: the clients' models kept whole,
+# mixed by a gate trained on synthetic data) run beside DENSE on the same clients; their own
+# tables are not in this package (no primary source here), so their rows have no paper cell.
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
 # with few local epochs and a short server (`server_epochs`, `steps_per_epoch`); the papers' numbers
@@ -40,7 +41,7 @@ seeds: list[int] = [1]
 arch: str = "cnn_mnist"
 local_epochs: int = 10
 methods: list[str] = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
-           "fedhydra", "ot", "coboosting", "fedlpa"]
+           "fedhydra", "ot", "coboosting", "fedlpa", "intactofl"]
 presets: list[str] = ["paper"]
 server_epochs: Optional[int] = 15
 steps_per_epoch: Optional[int] = 10
@@ -127,8 +128,8 @@ record(tables.records)
 # %% [markdown]
 # ## Ours beside DENSE Table 1
 # `paper` is the paper's cell for the same dataset, α and m; `diff_*` = ours − paper.
-# FedOneShot, the ensemble, FedHydra, OT, Co-Boosting and FedLPA have no DENSE Table 1 cell
-# (NaN).
+# FedOneShot, the ensemble, FedHydra, OT, Co-Boosting, FedLPA and IntactOFL have no DENSE
+# Table 1 cell (NaN).
 # The figure draws the rows that have a paper cell: the paper's number (grey) beside our
 # last- and best-epoch accuracy.
 

@@ -29,7 +29,7 @@ METHOD_MODULES: tuple[str, ...] = (
     "ofl_core.methods.fedoneshot",
     "ofl_core.methods.ensemble", "ofl_core.methods.feddf", "ofl_core.methods.dafl",
     "ofl_core.methods.adi", "ofl_core.dense.server", "ofl_core.fedhydra.server",
-    "ofl_core.coboosting.server", "ofl_core.fedcvae.server",
+    "ofl_core.coboosting.server", "ofl_core.intactofl.server", "ofl_core.fedcvae.server",
 )
 
 

@@ -131,8 +131,8 @@ def test_report_scoreboard_structure(tmp_path):
     # the method taxonomy: what each method needs and what a client uploads
     methods = soup.find(id="methods").find_next("table")
     assert "taxonomy" in methods["class"] and "CVAE decoder + label counts" in methods.text
-    assert [tr.find("td").text for tr in methods.find_all("tr")[1:]][-3:] == [
-        "coboosting", "fedcvae-ens", "fedcvae-kd"]
+    assert [tr.find("td").text for tr in methods.find_all("tr")[1:]][-4:] == [
+        "coboosting", "intactofl", "fedcvae-ens", "fedcvae-kd"]
     # the summary counts cells, and the failure is listed with its tail and its notebook
     summary = soup.find(class_="summary").text
     assert ("2 run at paper scale (1 reproduced, 0 above, 1 below; 0 of these 1 gaps explained)"

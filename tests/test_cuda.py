@@ -82,6 +82,7 @@ SERVERS: dict[str, dict] = {
     "dense": {**SMALL, **GEN, "kd_batch_size": 16},
     "fedhydra": {**SMALL, **GEN, "kd_batch_size": 16, "strat_steps": 2, "strat_batch_size": 8},
     "coboosting": {**SMALL, **GEN, "kd_batch_size": 16},
+    "intactofl": {**SMALL, **GEN, "kd_batch_size": 16},
     "fedcvae-ens": {"num_samples": 200, "classifier_epochs": 2, "batch_size": 32},
     "fedcvae-kd": {"num_samples": 200, "kd_samples": 200, "kd_epochs": 2,
                    "classifier_epochs": 2, "batch_size": 32},

@@ -1,0 +1,135 @@
+"""IntactOFL (ofl_core.intactofl): the gate, the gated mixture, the two losses on hand-made
+tensors, that training reaches only the gate, the presets, and one end-to-end run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ofl_core.distill.losses import kl_per_sample
+from ofl_core.distill.pool import ImagePool
+from ofl_core.distill.teachers import TeacherBank
+from ofl_core.intactofl.server import (
+    GatedMixture,
+    IntactOFLConfig,
+    LinearGate,
+    _Log,
+    gate_loss,
+    gate_stage,
+    generator_loss,
+)
+from ofl_core.registry import method_config, run_method
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Fixed(nn.Module):
+    """An expert whose logits are a fixed linear map of the flattened image."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
+def mixture(m: int = 3, k: int | None = None, softmax: bool = False) -> GatedMixture:
+    bank = TeacherBank([Fixed(s) for s in range(m)], batched=False, channels_last=False,
+                       fuse=False)
+    torch.manual_seed(9)
+    return GatedMixture(bank, LinearGate(4, m, k or m, softmax, "none"))
+
+
+def test_gate_keeps_the_top_k_raw_weights_and_zeros_the_rest() -> None:
+    gate = mixture(k=2).gate
+    x = torch.rand(5, 1, 2, 2)
+    raw = gate.linear(x.flatten(1))
+    w = gate(x)
+    assert ((w != 0).sum(1) == 2).all()
+    top = raw.topk(2, dim=1)
+    torch.testing.assert_close(w.gather(1, top.indices), top.values)  # no softmax: raw values
+    soft = mixture(k=2, softmax=True).gate(x)
+    torch.testing.assert_close(soft.sum(1), torch.ones(5))
+    half = LinearGate(4, 3, 3, False, "half")
+    half.load_state_dict(gate.state_dict())
+    torch.testing.assert_close(half(x), half.linear((x.flatten(1) - 0.5) / 0.5))
+
+
+def test_the_mixture_is_the_mean_of_gate_weighted_logits() -> None:
+    moe = mixture()
+    x = torch.rand(4, 1, 2, 2)
+    mix, w, ens, bn = moe.mixture(x)
+    experts = torch.stack([e(x) for e in moe.bank.models])  # (m, B, C)
+    want = sum(w[:, k : k + 1] * experts[k] for k in range(3)) / 3
+    torch.testing.assert_close(mix, want)
+    torch.testing.assert_close(ens, experts.mean(0))
+    assert bn is None and list(moe.state_dict()) == ["gate.linear.weight", "gate.linear.bias"]
+
+
+def test_generator_loss_adversarial_term_counts_only_disagreements() -> None:
+    cfg = IntactOFLConfig()
+    y = torch.tensor([0, 1])
+    mix = torch.tensor([[3.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    agree = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 0.5]])  # same argmax: L_adv = 0
+    torch.testing.assert_close(generator_loss(mix, agree, y, None, cfg), F.cross_entropy(mix, y))
+    differ = torch.tensor([[0.0, 2.0, 0.0], [0.0, 1.0, 0.5]])  # sample 0 disagrees
+    adv = -(kl_per_sample(mix[:1], differ[:1], 3.0) * 9).sum() / 2
+    bn = torch.tensor(0.7)
+    torch.testing.assert_close(generator_loss(mix, differ, y, bn, cfg),
+                               F.cross_entropy(mix, y) + adv + 0.7)
+
+
+def test_gate_loss_terms() -> None:
+    cfg = IntactOFLConfig()
+    mix, ens = torch.randn(6, 3), torch.randn(6, 3)
+    w, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    kd = F.kl_div(F.log_softmax(mix / 4, 1), F.softmax(ens / 4, 1), reduction="batchmean") * 16
+    torch.testing.assert_close(gate_loss(mix, w, ens, y, cfg),
+                               F.cross_entropy(mix, y) + 0.01 * w.std() + kd)
+
+
+def test_gate_training_reaches_only_the_gate() -> None:
+    moe = mixture()
+    experts = copy.deepcopy([e.state_dict() for e in moe.bank.models])
+    gate0 = copy.deepcopy(moe.gate.state_dict())
+    pool = ImagePool()
+    g = torch.Generator().manual_seed(0)
+    pool.add(torch.rand(8, 1, 2, 2, generator=g), torch.randint(0, 3, (8,), generator=g))
+    cfg = IntactOFLConfig(kd_batch_size=4)
+    opt = torch.optim.SGD(moe.gate.parameters(), lr=0.1)
+    log = _Log()
+    gate_stage(moe, pool, opt, cfg, cfg.ods_eps, g, log)
+    assert len(log.gate_losses) == 1
+    for e, before in zip(moe.bank.models, experts, strict=True):
+        assert all(torch.equal(v, before[k]) for k, v in e.state_dict().items())
+        assert all(p.grad is None for p in e.parameters())
+    assert not torch.equal(moe.gate.linear.weight, gate0["linear.weight"])
+
+
+def test_presets_name_the_codes_differences() -> None:
+    paper, code = IntactOFLConfig.for_preset("paper"), IntactOFLConfig.for_preset("authors_code")
+    assert (paper.steps_per_epoch, paper.epochs, paper.ods_eps) == (20, 40, 8 / 255)
+    assert (code.steps_per_epoch, code.epochs, code.ods_eps) == (30, 200, 8.0)
+    with pytest.raises(ValueError, match="topk"):
+        IntactOFLConfig(topk=0.0)
+
+
+def test_intactofl_end_to_end_above_chance(two_per_client) -> None:
+    """2c/c clients on the bars data (chance 1/6): the mixture beats chance after 3 short
+    epochs; the result is the deployed mixture with its cost beside one expert's."""
+    uploads, ctx = two_per_client
+    cfg = method_config("intactofl", epochs=3, steps_per_epoch=3, batch_size=32,
+                        kd_batch_size=32, nz=16, ngf=8)
+    res = run_method("intactofl", uploads, cfg, ctx)
+    assert len(res.curve) == 3 and res.last_acc > 100 / 6 + 10
+    assert res.last_acc == pytest.approx(ctx.evaluate(res.model), abs=1e-4)
+    assert isinstance(res.model, GatedMixture) and res.extras["pool_size"] == 3 * 32
+    e = res.extras
+    assert e["params"] == 3 * e["params_one_expert"] + res.model.gate.linear.weight.numel() + 3
+    assert e["flops_per_image"] > 3 * e["flops_one_expert"]
