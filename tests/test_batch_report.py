@@ -268,6 +268,31 @@ def test_borderline_entries_and_a_paper_whose_method_never_ran(tmp_path):
         in line
 
 
+def test_a_runs_cost_counts_its_servers_and_its_age_in_commits(tmp_path):
+    """A run whose servers took longer than its wall time (resumed from checkpoints) shows
+    the servers' total; a run made at an earlier commit says how many commits before this
+    checkout (where git can tell)."""
+    import subprocess
+
+    from ofl_core.project import project_dir
+
+    prev = subprocess.run(["git", "-C", str(project_dir()), "rev-parse", "--short", "HEAD~1"],
+                          capture_output=True, text=True)
+    _run(tmp_path, "r4", {}, [{**_rec("fedavg", 20.0), "wall_time_s": 700.0},
+                              {**_rec("dense", 11.0), "wall_time_s": 900.0}],
+         effective_parameters(Task("main_tables")))
+    side = tmp_path / "runs" / "main_tables" / "r4.json"
+    run = json.loads(side.read_text())
+    if prev.returncode == 0:
+        run["code_version"] = f"ofl_core 0.1.0, git {prev.stdout.strip()}"
+    side.write_text(json.dumps(run))
+    soup = BeautifulSoup(build_report(tmp_path, results=None).read_text(), "html.parser")
+    row = soup.find(id="run-r4").text
+    assert "3 s" in row and "servers 1600 s in all" in row
+    if prev.returncode == 0:
+        assert "1 commit before this checkout" in row
+
+
 def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
     _shipped(tmp_path, [_rec("fedavg", 45.5), {**_rec("fedavg", 30.0), "preset": "authors_code"},
                         _rec("dense", 30.0), _rec("dense", 85.0, alpha=0.5)])

@@ -13,11 +13,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from ..project import project_dir
 from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
@@ -168,8 +170,31 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dic
         recs = r.get("records", [])
         r["seeds"] = sorted({x["seed"] for x in recs})
         r["sources"] = sorted({x.get("data_source") or x["dataset"] for x in recs})
+        # the servers' own time: more than the run's wall time when it resumed from
+        # checkpoints or reused cached clients, so that a run's cost is not understated
+        r["server_seconds"] = sum(float(x.get("wall_time_s") or 0.0) for x in recs)
+        r["commits_behind"] = _commits_behind(r.get("code_version", ""))
         kept.append(r)
     return kept
+
+
+def _commits_behind(code_version: str) -> int | None:
+    """How many commits the checkout the report is made in has beyond the run's commit
+    (``code_version`` = "ofl_core <v>, git <commit>"); None where git cannot tell."""
+    m = re.search(r"git ([0-9a-f]{7,40})", code_version or "")
+    try:
+        root = project_dir()
+    except FileNotFoundError:
+        return None
+    if m is None or not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-list", "--count",
+                              f"{m.group(1)}..HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() \
+        else None
 
 
 def _failure_pages(fails: list[dict], out: Path, rep: Path) -> None:
