@@ -1,19 +1,20 @@
 """Co-Boosting's own pieces (Dai et al., ICLR 2024; read from its public code
 ``rong-dai/Co-Boosting``, see docs/decisions/coboosting.md): the weighted ensemble A_w, the
 hard-sample loss and the adversarial loss of the generator, the gradient-sign step of the ensemble
-weights and the output-diversified perturbation of the distillation inputs. Each function touches
-only what its step optimises: the weights step differentiates w alone, the perturbation x alone.
+weights; the output-diversified perturbation of the distillation inputs (ODS) is shared with
+IntactOFL and lives in :func:`ofl_core.distill.losses.diversify`. Each function touches only
+what its step optimises: the weights step differentiates w alone, the perturbation x alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..distill.losses import kl_per_sample
+from ..distill.losses import diversify, kl_per_sample
 
 #: the smallest Σ_k w_k the weighted mean divides by (every w_k can reach 0 only in theory:
 #: A_w is scale-free in w, so its gradient never points every weight down)
@@ -58,23 +59,6 @@ def ensemble_weight_step(w: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
     loss = F.cross_entropy(weighted_logits(logits.detach().float(), w), y)
     (grad,) = torch.autograd.grad(loss, w)
     return (w - lr * grad.sign()).clamp(0.0, 1.0).detach(), loss.detach()
-
-
-def diversify(x: torch.Tensor, teacher: Callable[[torch.Tensor], torch.Tensor], eps: float,
-              temperature: float = 4.0, generator: torch.Generator | None = None
-              ) -> torch.Tensor:
-    """Output-diversified perturbation of distillation inputs (ODS, Tashiro et al. 2020; the
-    code's ``cb_kd_train``): x' = x + ε·sign(∇_x Σ_{i,c} r_ic·σ(A_w(x_i)/T)_c), r ~ U(−1, 1)^(B×C)
-    drawn afresh for every batch, T = 4. Not clipped to [0, 1] (the code does not clip).
-    ``teacher`` maps images to A_w's logits with gradients to its input; only x is
-    differentiated. ε = 0 returns ``x``."""
-    if eps == 0:
-        return x
-    x = x.detach().requires_grad_(True)
-    out = teacher(x).float()
-    r = torch.rand(out.shape, generator=generator).to(out.device) * 2.0 - 1.0
-    (grad,) = torch.autograd.grad((r * F.softmax(out / temperature, dim=1)).sum(), x)
-    return (x + eps * grad.sign()).detach()
 
 
 class WeightedEnsemble(nn.Module):

@@ -12,7 +12,7 @@ Per epoch e, with the weighted ensemble A_w(x) = Σ_k w_k f_k(x) / Σ_k w_k (w =
 2. Ensemble boosting: one pass over the pool, a gradient-sign step of w per batch on
    CE(A_w(x̂), y) with step μ·γ^e (:func:`~ofl_core.coboosting.losses.ensemble_weight_step`).
 3. Distillation: one pass over the pool; each batch is perturbed by ODS
-   (:func:`~ofl_core.coboosting.losses.diversify`), then one SGD step of the server model on
+   (:func:`~ofl_core.distill.losses.diversify`), then one SGD step of the server model on
    KL(σ(A_w/T) ‖ σ(S/T))·T².
 
 The teachers, generator, pool and KD loss are the shared machinery of :mod:`ofl_core.distill`;

@@ -4,7 +4,7 @@ the boundary-support loss (DENSE Eq. 4), the distillation KL (DENSE Eq. 6), the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -138,6 +138,24 @@ def adi_competition_loss(student_logits: torch.Tensor, teacher_logits: torch.Ten
     return -js_divergence(student_logits, teacher_logits, temperature)
 
 
-__all__ = ["ShiftedMoments", "adi_competition_loss", "bn_statistics_term",
+def diversify(x: torch.Tensor, teacher: Callable[[torch.Tensor], torch.Tensor], eps: float,
+              temperature: float = 4.0, generator: torch.Generator | None = None
+              ) -> torch.Tensor:
+    """Output-diversified perturbation of distillation inputs (ODS, Tashiro et al. 2020;
+    Co-Boosting's code's ``cb_kd_train``, and IntactOFL's gate training):
+    x' = x + ε·sign(∇_x Σ_{i,c} r_ic·σ(A_w(x_i)/T)_c), r ~ U(−1, 1)^(B×C) drawn afresh for every
+    batch, T = 4. Not clipped to [0, 1] (the code does not clip).
+    ``teacher`` maps images to A_w's logits with gradients to its input; only x is
+    differentiated. ε = 0 returns ``x``."""
+    if eps == 0:
+        return x
+    x = x.detach().requires_grad_(True)
+    out = teacher(x).float()
+    r = torch.rand(out.shape, generator=generator).to(out.device) * 2.0 - 1.0
+    (grad,) = torch.autograd.grad((r * F.softmax(out / temperature, dim=1)).sum(), x)
+    return (x + eps * grad.sign()).detach()
+
+
+__all__ = ["diversify", "ShiftedMoments", "adi_competition_loss", "bn_statistics_term",
            "boundary_support_loss", "dafl_activation_loss", "dafl_information_entropy_loss",
            "dafl_onehot_loss", "js_divergence", "kd_loss", "kl_per_sample", "total_variation_l1"]

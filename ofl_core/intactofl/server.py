@@ -36,12 +36,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..checkpoint import Attrs, server_checkpoint
-from ..coboosting.losses import diversify
 from ..distill.config import SynthesisConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward, reinit_generator, sample_latents
 from ..distill.kernels import autocast_context
 from ..distill.loop import DistillRun, EvalCurve
-from ..distill.losses import kd_loss, kl_per_sample
+from ..distill.losses import diversify, kd_loss, kl_per_sample
 from ..distill.pool import ImagePool, keep_lowest
 from ..distill.teachers import TeacherBank
 from ..models.base import INPUT_NORMS, normalize_input
