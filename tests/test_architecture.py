@@ -98,11 +98,24 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+#: the method rooms: one paper or one group of baselines each (floor 5)
+METHOD_ROOMS = {"methods", "dense", "fedhydra", "fedcvae", "coboosting", "fedlpa", "intactofl"}
+
+
 def test_the_server_api_imports_no_method() -> None:
     graph = room_graph()
-    methods = {"methods", "dense", "fedhydra", "fedcvae", "coboosting", "registry"}
+    methods = METHOD_ROOMS | {"registry"}
     assert not graph["server"] & methods
     assert not graph["distill"] & methods and not graph["checkpoint"] & methods
+
+
+def test_no_method_room_imports_another() -> None:
+    """What two methods share (e.g. Co-Boosting's and IntactOFL's ODS step) lives on a floor
+    below them, in distill/ or server/."""
+    graph = room_graph()
+    assert METHOD_ROOMS <= set(graph)
+    crossing = {room: sorted(graph[room] & (METHOD_ROOMS - {room})) for room in METHOD_ROOMS}
+    assert not any(crossing.values()), crossing
 
 
 def test_no_type_checking_guard() -> None:
