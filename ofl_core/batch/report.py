@@ -301,12 +301,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     _write_atomic(rep / "scoreboard.csv", frame.to_csv(index=False))
     _write_atomic(rep / "scoreboard.json", json.dumps(rows, indent=1))
     index = rep / "index.html"
-    tmp = index.with_name(f".index.html.{os.getpid()}.tmp")  # atomic: never a 0-byte report
-    try:
-        tmp.write_text(html)
-        os.replace(tmp, index)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _write_atomic(index, html)  # never a 0-byte report
     return index
 
 

@@ -100,6 +100,11 @@ def attach_factors(uploads: list[ClientUpload], dataset: ImageDataset, partition
     return out
 
 
+def fit(weights: list[float], factors: list[tuple], m: torch.Tensor) -> torch.Tensor:
+    """Σ_k w_k G_k M A_k: what the clients' posteriors make of one layer matrix M."""
+    return sum(w * g @ m @ a for w, (a, g) in zip(weights, factors, strict=True))
+
+
 def closed_form(weights: list[float], mats: list[torch.Tensor], factors: list[tuple]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Ḡ⁻¹ Z Ā⁻¹, Z) for one layer: the clients' matrices M_k, their (A_k, G_k), weights w_k."""
@@ -144,12 +149,8 @@ def aggregate(uploads: list[ClientUpload], cfg: FedLPAConfig, device: str | torc
         m_biased, z = closed_form(weights, mats, facs)
         m_refined = refine(m_biased, z, weights, facs, cfg.newton_steps, cfg.newton_lr)
 
-        def residual(m: torch.Tensor, facs=facs, z=z) -> float:
-            fit = sum(w * g @ m @ a for w, (a, g) in zip(weights, facs, strict=True))
-            return float((fit - z).pow(2).mean())
-
-        diag[name] = {"residual_biased": residual(m_biased),
-                      "residual_newton": residual(m_refined)}
+        diag[name] = {f"residual_{key}": float((fit(weights, facs, m) - z).pow(2).mean())
+                      for key, m in (("biased", m_biased), ("newton", m_refined))}
         for target, m in ((biased, m_biased), (refined, m_refined)):
             m = m.float().cpu()
             w_shape = states[0][wkey].shape
@@ -192,4 +193,5 @@ SPEC = MethodSpec(
     client_step=attach_factors,
 )
 
-__all__ = ["SPEC", "FedLPAConfig", "aggregate", "attach_factors", "closed_form", "refine", "run"]
+__all__ = ["SPEC", "FedLPAConfig", "aggregate", "attach_factors", "closed_form", "fit", "refine",
+           "run"]

@@ -48,6 +48,7 @@ from ofl_core.evaluate import accuracy
 from ofl_core.experiment import ExperimentConfig, setup_experiment
 from ofl_core.fedlpa.factors import factor_layers, layer_matrix
 from ofl_core.fedlpa.server import FedLPAConfig, aggregate, attach_factors
+from ofl_core.server import average_states
 from ofl_core.uploads import build_from_upload
 
 
@@ -119,9 +120,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def as_state(uploads: list, mats: dict) -> dict:
     """FedAvg for the other tensors, the layer matrices put back (the public code's layout)."""
-    n = [u.num_samples for u in uploads]
-    state = {k: sum(u.num_samples / sum(n) * u.state_dict[k].float() for u in uploads)
-             for k in uploads[0].state_dict}
+    state = average_states([u.state_dict for u in uploads], [u.num_samples for u in uploads])
     template = build_from_upload(uploads[0])
     for name, mod in factor_layers(template):
         m, shape = mats[name], state[f"{name}.weight"].shape
@@ -175,9 +174,8 @@ def one_seed(args: argparse.Namespace, ns: dict, seed: int) -> dict:
                                                 for k in pub_states[key])}
     fedavg = build_from_upload(dataclasses.replace(
         setup.uploads[0], client_id=-1,
-        state_dict={k: sum(u.num_samples / sum(x.num_samples for x in setup.uploads)
-                           * u.state_dict[k] for u in setup.uploads)
-                    for k in setup.uploads[0].state_dict}))
+        state_dict=average_states([u.state_dict for u in setup.uploads],
+                                  [u.num_samples for u in setup.uploads])))
     out["fedavg"] = accuracy(fedavg, ds.x_test, ds.y_test)
     return out
 
