@@ -55,13 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ofl_core.clients import (
-    ClientUpload,
-    LocalTrainConfig,
-    build_from_upload,
-    init_model,
-    train_local,
-)
+from ofl_core.clients import LocalTrainConfig, init_model, train_local
 from ofl_core.data.datasets import ImageDataset, load_dataset
 from ofl_core.data.partition import Partition, make_partition
 from ofl_core.evaluate import predict_logits
@@ -69,6 +63,7 @@ from ofl_core.methods.fedavg import average_states
 from ofl_core.models import build_model
 from ofl_core.precision import resolve_amp
 from ofl_core.seeds import client_seed
+from ofl_core.uploads import ClientUpload, build_from_upload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_dense_public import (  # noqa: E402
