@@ -11,14 +11,7 @@ import torch.nn.functional as F
 
 from ofl_core.client_training import train_clients
 from ofl_core.clients import LocalTrainConfig, init_model
-from ofl_core.coboosting.losses import (
-    WeightedEnsemble,
-    adversarial_loss,
-    diversify,
-    ensemble_weight_step,
-    hard_sample_loss,
-    weighted_logits,
-)
+from ofl_core.coboosting import losses as cb
 from ofl_core.coboosting.server import (
     CoBoostingConfig,
     distillation_stage,
@@ -90,10 +83,10 @@ def test_config_validation(field: str, value: object, match: str) -> None:
 def test_weighted_logits_is_the_weighted_mean() -> None:
     a, b = torch.tensor([[1.0, 2.0]]), torch.tensor([[5.0, -2.0]])
     logits = torch.stack([a, b])
-    assert torch.allclose(weighted_logits(logits, torch.tensor([1.0, 3.0])),
+    assert torch.allclose(cb.weighted_logits(logits, torch.tensor([1.0, 3.0])),
                           (a + 3 * b) / 4)
-    assert torch.allclose(weighted_logits(logits, torch.tensor([0.2, 0.2])), logits.mean(0))
-    assert torch.equal(weighted_logits(logits, torch.zeros(2)), torch.zeros(1, 2))
+    assert torch.allclose(cb.weighted_logits(logits, torch.tensor([0.2, 0.2])), logits.mean(0))
+    assert torch.equal(cb.weighted_logits(logits, torch.zeros(2)), torch.zeros(1, 2))
 
 
 def test_hard_sample_loss_weighs_by_one_minus_p() -> None:
@@ -101,14 +94,14 @@ def test_hard_sample_loss_weighs_by_one_minus_p() -> None:
     gradient, so ∇ = (1 − p)^β·(σ − onehot)/b."""
     logits = torch.tensor([[math.log(3.0), 0.0]], requires_grad=True)
     y = torch.tensor([0])
-    loss = hard_sample_loss(logits, y, hardness=1.0)
+    loss = cb.hard_sample_loss(logits, y, hardness=1.0)
     assert loss.item() == pytest.approx(0.25 * math.log(4 / 3))
     loss.backward()
     assert torch.allclose(logits.grad, 0.25 * torch.tensor([[0.75 - 1.0, 0.25]]))
-    assert hard_sample_loss(logits, y, 0.0).item() == pytest.approx(math.log(4 / 3))
-    assert hard_sample_loss(logits, y, 2.0).item() == pytest.approx(math.log(4 / 3) / 16)
+    assert cb.hard_sample_loss(logits, y, 0.0).item() == pytest.approx(math.log(4 / 3))
+    assert cb.hard_sample_loss(logits, y, 2.0).item() == pytest.approx(math.log(4 / 3) / 16)
     easy = torch.tensor([[20.0, 0.0], [0.0, 0.0]])  # a confident sample counts ~0
-    assert hard_sample_loss(easy, torch.tensor([0, 0])).item() == pytest.approx(
+    assert cb.hard_sample_loss(easy, torch.tensor([0, 0])).item() == pytest.approx(
         0.5 * 0.5 * math.log(2), rel=1e-6)
 
 
@@ -117,8 +110,8 @@ def test_adversarial_loss_is_minus_t2_kl() -> None:
     s = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
     p, q = F.softmax(t / 3, 1), F.log_softmax(s / 3, 1)
     kl = (p * (p.log() - q)).sum(1)
-    assert adversarial_loss(t, s).item() == pytest.approx(-9 * kl.mean().item(), rel=1e-6)
-    assert adversarial_loss(t, t).item() == pytest.approx(0.0, abs=1e-7)
+    assert cb.adversarial_loss(t, s).item() == pytest.approx(-9 * kl.mean().item(), rel=1e-6)
+    assert cb.adversarial_loss(t, t).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_ensemble_weight_step_moves_towards_the_right_teacher() -> None:
@@ -127,10 +120,10 @@ def test_ensemble_weight_step_moves_towards_the_right_teacher() -> None:
     right = torch.tensor([[4.0, 0.0], [0.0, 4.0]])
     leaf = torch.stack([right, -right]).requires_grad_(True)
     y = torch.tensor([0, 1])
-    w, loss = ensemble_weight_step(torch.tensor([0.5, 0.5]), leaf, y, lr=0.1)
+    w, loss = cb.ensemble_weight_step(torch.tensor([0.5, 0.5]), leaf, y, lr=0.1)
     assert torch.allclose(w, torch.tensor([0.6, 0.4])) and not w.requires_grad
     assert loss.item() == pytest.approx(math.log(2), rel=1e-6) and leaf.grad is None
-    w, _ = ensemble_weight_step(torch.tensor([1.0, 0.05]), leaf, y, lr=0.1)
+    w, _ = cb.ensemble_weight_step(torch.tensor([1.0, 0.05]), leaf, y, lr=0.1)
     assert torch.equal(w, torch.tensor([1.0, 0.0]))
 
 
@@ -138,12 +131,12 @@ def test_diversify_moves_every_pixel_by_eps_along_the_teachers_gradient() -> Non
     gen = torch.Generator().manual_seed(0)
     lin = torch.nn.Linear(12, 3)
     x = torch.rand(4, 1, 3, 4)
-    xp = diversify(x, lambda v: lin(v.flatten(1)), 0.1, generator=gen)
+    xp = cb.diversify(x, lambda v: lin(v.flatten(1)), 0.1, generator=gen)
     assert torch.allclose((xp - x).abs(), torch.full_like(x, 0.1))
     assert not xp.requires_grad and all(p.grad is None for p in lin.parameters())
-    again = diversify(x, lambda v: lin(v.flatten(1)), 0.1,
+    again = cb.diversify(x, lambda v: lin(v.flatten(1)), 0.1,
                       generator=torch.Generator().manual_seed(0))
-    assert torch.equal(xp, again) and diversify(x, lin, 0.0) is x
+    assert torch.equal(xp, again) and cb.diversify(x, lin, 0.0) is x
 
 
 # ---------------------------------------------------------------- who gets gradients
@@ -188,7 +181,7 @@ def test_weight_stage_updates_only_the_weights() -> None:
     w0 = c.w.clone().requires_grad_(True)
     with torch.no_grad():
         logits = c.run.bank.logits(c.pool.all())
-    F.cross_entropy(weighted_logits(logits, w0), y).backward()
+    F.cross_entropy(cb.weighted_logits(logits, w0), y).backward()
     gen_before = [p.detach().clone() for p in c.gen.parameters()]
     weight_stage(c, epoch=2)
     step = 0.01 * 0.99 ** 2
@@ -268,5 +261,5 @@ def test_coboosting_authors_code_preset_runs(fmnist_setup) -> None:
     assert w[0] == pytest.approx([1 / 3] * 3)  # the code: no weight step at epoch 0
     assert res.extras["pool_augment"] == "none"  # grayscale: the code's FMNIST transform
     assert len(res.curve) == 2 and all(0.0 <= a <= 100.0 for a in res.curve)
-    ens = WeightedEnsemble([init_model("cnn_mnist", 10, 1, 28, seed=0)], torch.ones(1))
+    ens = cb.WeightedEnsemble([init_model("cnn_mnist", 10, 1, 28, seed=0)], torch.ones(1))
     assert ens(torch.rand(2, 1, 28, 28)).shape == (2, 10)

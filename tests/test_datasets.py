@@ -59,13 +59,18 @@ def _idx_labels(n: int) -> bytes:
     return struct.pack(">II", 2049, n) + (np.arange(n) % 10).astype(np.uint8).tobytes()
 
 
+def _idx_files(train: int, test: int) -> dict[str, bytes]:
+    """The four MNIST-format files of a tiny dataset, by file stem."""
+    return {"train-images-idx3-ubyte": _idx_images(train),
+            "train-labels-idx1-ubyte": _idx_labels(train),
+            "t10k-images-idx3-ubyte": _idx_images(test),
+            "t10k-labels-idx1-ubyte": _idx_labels(test)}
+
+
 def test_gz_files_in_a_system_folder_are_unpacked_into_torchvision_layout(tmp_path, monkeypatch):
     sysdir = tmp_path / "usr-share" / "fashion-mnist"
     sysdir.mkdir(parents=True)
-    for stem, blob in [("train-images-idx3-ubyte", _idx_images(20)),
-                       ("train-labels-idx1-ubyte", _idx_labels(20)),
-                       ("t10k-images-idx3-ubyte", _idx_images(10)),
-                       ("t10k-labels-idx1-ubyte", _idx_labels(10))]:
+    for stem, blob in _idx_files(train=20, test=10).items():
         with gzip.open(sysdir / f"{stem}.gz", "wb") as f:
             f.write(blob)
     monkeypatch.setattr(D, "SYSTEM_DIRS", {"fmnist": (str(sysdir),), "mnist": ()})
@@ -82,10 +87,7 @@ def test_without_torchvision_the_idx_files_are_read_directly(tmp_path, monkeypat
     tensors as through torchvision."""
     raw = tmp_path / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
-    for stem, blob in [("train-images-idx3-ubyte", _idx_images(20)),
-                       ("train-labels-idx1-ubyte", _idx_labels(20)),
-                       ("t10k-images-idx3-ubyte", _idx_images(10)),
-                       ("t10k-labels-idx1-ubyte", _idx_labels(10))]:
+    for stem, blob in _idx_files(train=20, test=10).items():
         (raw / stem).write_bytes(blob)
     monkeypatch.setattr(D, "SYSTEM_DIRS", {"fmnist": (), "mnist": ()})
     ref = D.load_dataset("fmnist", tmp_path)

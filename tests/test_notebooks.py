@@ -14,21 +14,13 @@ import jupytext
 import pytest
 
 import run_all
+from ofl_core.batch import tasks as bt
 from ofl_core.batch.coverage import PLANNERS, Cell
 from ofl_core.batch.execute import execute_task
-from ofl_core.batch.tasks import (
-    NOTEBOOK_DIR,
-    Task,
-    check_parameters,
-    effective_parameters,
-    list_notebooks,
-    load_grid,
-    notebook_parameters,
-)
 from ofl_core.results import alpha_key, read_records
 
-GRIDS = NOTEBOOK_DIR / "grids"
-TINY = {t.notebook: t.parameters for t in load_grid(GRIDS / "tiny")}
+GRIDS = bt.NOTEBOOK_DIR / "grids"
+TINY = {t.notebook: t.parameters for t in bt.load_grid(GRIDS / "tiny")}
 #: notebooks that publish no accuracy records (figures and tables only)
 NO_RECORDS = {"partitions"}
 
@@ -60,27 +52,27 @@ def committed_text(path: Path) -> str:
         return path.read_text()
 
 
-@pytest.mark.parametrize("nb", sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")))
+@pytest.mark.parametrize("nb", sorted(p.stem for p in bt.NOTEBOOK_DIR.glob("*.ipynb")))
 def test_notebook_is_paired_and_committed_without_outputs(nb):
-    check_paired(NOTEBOOK_DIR / f"{nb}.ipynb", NOTEBOOK_DIR / f"{nb}.py")
+    check_paired(bt.NOTEBOOK_DIR / f"{nb}.ipynb", bt.NOTEBOOK_DIR / f"{nb}.py")
     # a local copy may hold outputs (saved from JupyterLab); git's copy may not
-    for c in json.loads(committed_text(NOTEBOOK_DIR / f"{nb}.ipynb"))["cells"]:
+    for c in json.loads(committed_text(bt.NOTEBOOK_DIR / f"{nb}.ipynb"))["cells"]:
         assert not c.get("outputs"), f"{nb}: commit notebooks without outputs (nbstripout)"
 
 
 def test_every_notebook_has_tiny_and_full_grids_with_known_parameters():
-    notebooks = set(list_notebooks())
-    full = load_grid(GRIDS / "full")
+    notebooks = set(bt.list_notebooks())
+    full = bt.load_grid(GRIDS / "full")
     assert set(TINY) == notebooks, "add notebooks/grids/tiny/<notebook>.yaml"
     assert {t.notebook for t in full} == notebooks, "add notebooks/grids/full/<notebook>.yaml"
-    for t in [*full, *(Task(nb, p) for nb, p in TINY.items())]:
-        check_parameters(t)
+    for t in [*full, *(bt.Task(nb, p) for nb, p in TINY.items())]:
+        bt.check_parameters(t)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", sorted(TINY))
 def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
-    task = Task(nb, TINY[nb])
+    task = bt.Task(nb, TINY[nb])
     res = execute_task(task, tmp_path, tmp_path / "figures" / nb)
     assert res.status == "done", res.error
     assert list((tmp_path / "figures" / nb).glob("*.png")), "every notebook saves a figure"
@@ -91,7 +83,7 @@ def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
     # the dry run's planner (coverage) names exactly the table cells the notebook filled
     planner = PLANNERS.get(nb)
     filled = {c for c in cells_of_records([r.to_dict() for r in recs]) if c[1].startswith("T")}
-    assert filled == (planner(effective_parameters(task)) if planner else set())
+    assert filled == (planner(bt.effective_parameters(task)) if planner else set())
     for r in recs:
         assert 0.0 <= r.last_acc <= 100.0 and r.best_acc >= r.last_acc - 1e-6
         assert r.paper in ("dense", "fedhydra", "fedcvae")
@@ -101,11 +93,11 @@ def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
 
 def test_unknown_parameters_and_notebooks_are_rejected():
     with pytest.raises(ValueError, match="has no parameter.*'bogus'.*its parameters are"):
-        check_parameters(Task("main_tables", {"bogus": 1}))
+        bt.check_parameters(bt.Task("main_tables", {"bogus": 1}))
     with pytest.raises(ValueError, match="unknown notebook 'nope'"):
-        check_parameters(Task("nope"))
+        bt.check_parameters(bt.Task("nope"))
     with pytest.raises(ValueError, match="set by the runner"):
-        check_parameters(Task("main_tables", {"figures_dir": "x"}))
+        bt.check_parameters(bt.Task("main_tables", {"figures_dir": "x"}))
 
 
 @pytest.mark.parametrize("params, message", [
@@ -119,14 +111,14 @@ def test_unknown_parameters_and_notebooks_are_rejected():
 ])
 def test_grid_values_are_checked_against_the_parameters_types(params, message):
     with pytest.raises(ValueError, match=f"main_tables: (parameter )?{message}"):
-        check_parameters(Task("main_tables", params))
+        bt.check_parameters(bt.Task("main_tables", params))
     good = {"local_epochs": 3, "alphas": [1, 0.5], "server_epochs": None, "data_root": "/d"}
-    check_parameters(Task("main_tables", good))  # ints are floats, None where Optional
+    bt.check_parameters(bt.Task("main_tables", good))  # ints are floats, None where Optional
 
 
 def test_every_parameter_of_every_notebook_has_a_type():
-    for nb in list_notebooks():
-        for name, info in notebook_parameters(NOTEBOOK_DIR / f"{nb}.ipynb").items():
+    for nb in bt.list_notebooks():
+        for name, info in bt.notebook_parameters(bt.NOTEBOOK_DIR / f"{nb}.ipynb").items():
             assert info["inferred_type_name"] != "None", f"{nb}: annotate {name!r}"
 
 
@@ -134,8 +126,8 @@ def test_an_interactive_run_never_writes_the_reports_figures():
     """Run in JupyterLab, a notebook writes its figures to figures_interactive/<notebook>, not
     to figures/<notebook> (the batch runner's, which the report shows): re-running a notebook
     by hand cannot replace what the report shows. The runner always passes its own."""
-    for nb in list_notebooks():
-        default = notebook_parameters(NOTEBOOK_DIR / f"{nb}.ipynb")["figures_dir"]["default"]
+    for nb in bt.list_notebooks():
+        default = bt.notebook_parameters(bt.NOTEBOOK_DIR / f"{nb}.ipynb")["figures_dir"]["default"]
         assert default.strip("'\"") == f"../figures_interactive/{nb}", nb
 
 
@@ -153,7 +145,7 @@ def test_grid_file_expands_products(tmp_path):
     g = tmp_path / "g.yaml"
     g.write_text("main_tables:\n  - grid: {seeds: [[1], [2]], alphas: [[0.1], [0.5]]}\n"
                  "    local_epochs: 1\npartitions:\n")
-    tasks = load_grid(g)
+    tasks = bt.load_grid(g)
     assert len(tasks) == 5
     assert tasks[0].parameters == {"local_epochs": 1, "seeds": [1], "alphas": [0.1]}
     assert len({t.run_id() for t in tasks}) == 5

@@ -22,15 +22,8 @@ import torch
 from torch import nn
 
 from ..presets import check_preset
-from ..server import (
-    MODEL,
-    MethodKind,
-    MethodSpec,
-    ServerContext,
-    ServerResult,
-    average_states,
-    check_homogeneous,
-)
+from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult, check_homogeneous
+from ..server.averaging import average_states
 from ..uploads import ClientUpload, build_from_upload, validate_upload
 from ..validation import NONNEG, check_config
 
