@@ -347,3 +347,41 @@ def save_paper_vs_ours(table: pd.DataFrame, title: str, figures_dir: str | os.Pa
     if table.empty:
         return None
     return save_figure(plot_paper_vs_ours(table, title), figures_dir, name)
+
+
+#: the scoreboard's verdict colours (the report's marks)
+VERDICT_COLOURS = {"reproduced": "#1a7f37", "above": "#0969da", "below": "#cf222e",
+                   "not comparable": "0.6"}
+
+
+def plot_scoreboard(rows: pd.DataFrame, title: str = "") -> Figure:
+    """One paper table's judged cells (rows of the report's ``scoreboard.csv``): per cell and
+    preset the paper's number (grey diamond, its std as a bar where printed) and ours (a dot
+    coloured by verdict, ± our std over seeds), the ±2-point band around the paper's number
+    shaded; one line per cell so that long labels stay readable."""
+    varying = [k for k in ("dataset", "alpha", "partition", "num_clients", "setting")
+               if rows[k].astype(str).nunique() > 1]
+    t = rows.sort_values([*varying, "method", "preset"], kind="stable").reset_index(drop=True)
+    labels = t["method"].astype(str) + np.where(t["preset"] != "paper",
+                                                " (" + t["preset"].astype(str) + ")", "")
+    for k in varying:
+        labels = labels + f" · {'m' if k == 'num_clients' else k}=" + t[k].astype(str)
+    fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.26 * len(t)), layout="constrained")
+    y = np.arange(len(t))[::-1]
+    std = t["paper_std"].astype(float).fillna(0.0)
+    tol = np.maximum(2.0, std)
+    ax.barh(y, 2 * tol, left=t["paper_acc"] - tol, height=0.7, color="0.92", zorder=0)
+    ax.errorbar(t["paper_acc"], y, xerr=std, fmt="D", color="0.45", ms=4, lw=1, label="paper")
+    for v, colour in VERDICT_COLOURS.items():
+        m = (t["verdict"] == v).to_numpy()
+        if m.any():
+            ax.errorbar(t["ours_last"][m], y[m], xerr=t["ours_std"][m].fillna(0.0), fmt="o",
+                        color=colour, ms=5, lw=1, label=f"ours: {v}")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("test accuracy (%), last epoch; shaded: the paper's number ± the threshold")
+    ax.set_xlim(max(0.0, min(t["paper_acc"].min(), t["ours_last"].min()) - 8),
+                min(100.0, max(t["paper_acc"].max(), t["ours_last"].max()) + 8))
+    ax.grid(axis="x", color="0.9")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    return fig

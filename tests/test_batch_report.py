@@ -398,3 +398,100 @@ def test_a_seed_in_two_runs_counts_once():
     (e,) = entries(matched)["entry"]
     assert e.n_seeds == 3 and e.last == pytest.approx(44.0)
     assert e.std == pytest.approx(4.0)  # 40, 44, 48: the seed-1 record of run b not again
+
+
+def test_every_entry_says_how_to_remake_it_and_the_grid_file_holds_that_task(tmp_path):
+    """Per entry and per run: a one-task grid file beside the report with the run's exact
+    parameters, the command that runs it, the shipped grid holding the task, the true compute
+    (the servers' time when larger than the wall time) and the machine."""
+    params = {"dataset": "fmnist", "alphas": [0.1], "methods": ["fedavg"], "seeds": [1]}
+    grids = tmp_path / "results" / "grids"
+    grids.mkdir(parents=True)
+    (grids / "mine.yaml").write_text("main_tables:\n  - grid:\n      alphas: [[0.1], [0.5]]\n"
+                                     "    dataset: fmnist\n    methods: [fedavg]\n    seeds: [1]\n")
+    recs = [{**_rec("fedavg", 41.0), "wall_time_s": 50.0}]
+    _run(tmp_path / "out", "r9", params, recs, {**effective_parameters(Task("main_tables")),
+                                                 **params})
+    index = build_report(tmp_path / "out", results=tmp_path / "results")
+    grid_file = index.parent / "reproduce" / "r9.yaml"
+    (task,) = load_grid(grid_file)
+    assert task == Task("main_tables", params)
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+    repro = soup.select("div.ours details.repro")[0].text
+    assert str(grid_file.resolve()) in repro and "--grid" in repro
+    assert "results/grids/mine.yaml" in repro
+    assert "3 s wall" in repro and "servers' own compute 50 s" in repro
+    assert "h, 2 cores, 1 thread(s), no GPU" in repro
+    row = soup.find(id="run-r9").text
+    assert "main_tables: dataset fmnist · alphas 0.1 · methods fedavg · seeds 1" in row
+    assert "results/grids/mine.yaml" in row
+
+
+def test_the_run_page_says_what_ran_and_links_back(tmp_path):
+    params = {"alphas": [0.5], "seeds": [1, 2]}
+    recs = [_rec("fedavg", 41.0, alpha=0.5), _rec("fedavg", 40.0, 2, alpha=0.5)]
+    _run(tmp_path, "r8", params, recs, {**effective_parameters(Task("main_tables")), **params})
+    build_report(tmp_path, results=None)
+    page = BeautifulSoup((tmp_path / "report" / "main_tables" / "r8.html").read_text(),
+                         "html.parser")
+    assert page.title.text == "main_tables: alphas 0.5 · seeds 1, 2"
+    links = {a["href"] for a in page.header.find_all("a")}
+    assert links == {"../index.html#scoreboard", "../index.html#run-r8"}
+    assert (tmp_path / "report" / "main_tables" / "../index.html").resolve().is_file()
+    text = page.header.text
+    assert "seeds 1, 2" in text and "3 s wall" in text and "alphas" in text
+
+
+def test_the_scoreboard_can_be_filtered_without_any_external_script(tmp_path):
+    """The filter bar's controls, and the data they filter on: each board's paper, each
+    row's method, each entry's scale and verdict (a small inline script, no URL)."""
+    _shipped(tmp_path, [_rec("fedavg", 41.0), _rec("dense", 10.0)])
+    _run(tmp_path / "out", "q2", {}, [_rec("fedavg", 20.0)],
+         effective_parameters(Task("main_tables")))
+    soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    form = soup.find(id="filters")
+    assert {c["id"] for c in form.find_all(["input", "select"])} == {
+        "f-paper-scale", "f-paper", "f-method", "f-verdict"}
+    assert [o.get("value", o.text) for o in form.find(id="f-paper").find_all("option")] == [
+        "", "dense"]
+    assert all(not s.get("src") for s in soup.find_all("script"))
+    entries = soup.select("div.ours")
+    assert sorted((e["data-scale"], e["data-verdict"]) for e in entries) == [
+        ("paper", "below"), ("paper", "reproduced"), ("quick", "not-comparable")]
+    assert {b["data-paper"] for b in soup.select("div.board")} == {"dense"}
+    assert {"FedAvg", "DENSE"} <= {tr["data-method"] for tr in soup.select("tr[data-method]")} \
+        or {"fedavg", "dense"} <= {tr["data-method"] for tr in soup.select("tr[data-method]")}
+
+
+def test_each_judged_table_has_a_paper_vs_ours_figure(tmp_path):
+    _shipped(tmp_path, [_rec("fedavg", 41.0), _rec("dense", 60.0), _rec("dense", 80.0,
+                                                                          alpha=0.5)])
+    index = build_report(tmp_path / "out", results=tmp_path / "results")
+    fig = index.parent / "figures" / "scoreboard" / "dense-T1.png"
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    soup = BeautifulSoup(index.read_text(), "html.parser")
+    assert soup.find(id="dense-T1").find("a")["href"] == "figures/scoreboard/dense-T1.png"
+    assert "figures/scoreboard/dense-T1.png" in [i["src"] for i in soup.find_all("img")]
+
+
+def test_the_filters_hide_what_they_should_in_a_real_browser(tmp_path):
+    """The filter script run by headless Chromium (where installed): a link's query selects
+    one paper and one verdict; only those entries stay visible."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    _shipped(tmp_path, [_rec("fedavg", 41.0), _rec("dense", 10.0), _rec("fedavg", 10.0,
+                                                                          alpha=0.5)])
+    index = build_report(tmp_path / "out", results=tmp_path / "results")
+    dom = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                          "--dump-dom", f"file://{index}?paper=dense&verdict=below"],
+                         capture_output=True, text=True, timeout=120).stdout
+    soup = BeautifulSoup(dom, "html.parser")
+    shown = [e for e in soup.select("div.ours") if not e.find_parent(class_="hidden")
+             and "hidden" not in e.get("class", [])]
+    assert len(shown) == 2 and {e["data-verdict"] for e in shown} == {"below"}
+    assert soup.find(id="f-count").text == "2 entries shown"

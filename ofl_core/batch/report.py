@@ -9,6 +9,7 @@ atomically.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
 from .runfiles import BadRunFile, check_failure, check_run, read_json
+from .runpages import page_header, write_reproducers
 from .scale import run_scale
 from .scoreboard import (
     EXPORT_COLUMNS,
@@ -112,8 +114,9 @@ def _references() -> dict[str, list[dict]]:
     return refs
 
 
-def _render_notebook(src: Path, page: Path) -> str | None:
-    """Render an executed notebook without inputs; the error text when it cannot be read."""
+def _render_notebook(src: Path, page: Path, header: str = "", title: str = "") -> str | None:
+    """Render an executed notebook without inputs, ``header`` (HTML) at the top of its body
+    and ``title`` as the page's title; the error text when it cannot be read."""
     from nbconvert import HTMLExporter
 
     # no script from a CDN (MathJax, require.js, widgets): the page must open offline and from
@@ -127,6 +130,11 @@ def _render_notebook(src: Path, page: Path) -> str | None:
     except Exception as e:  # noqa: BLE001 - one unreadable notebook is a listed failure
         return str(e)[:300] or type(e).__name__
     body = re.sub(r'<script[^>]*\ssrc=""[^>]*>\s*</script>', "", body)
+    if title:
+        body = re.sub(r"<title>.*?</title>", lambda _: f"<title>{html.escape(title)}</title>",
+                      body, count=1, flags=re.S)
+    if header:
+        body = re.sub(r"<body[^>]*>", lambda m: m.group(0) + header, body, count=1)
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(body)
     return None
@@ -148,19 +156,14 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
     return runs
 
 
-def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dict]:
+def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
+                  grids: Path | None = None) -> list[dict]:
     refs = _references()
     defaults: dict[str, dict] = {}
     kept = []
     for r in runs:
         nb, rid = r["notebook"], r["run_id"]
         r["href"] = f"{nb}/{rid}.html" if "_ipynb" in r else None
-        err = (_render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html")
-               if "_ipynb" in r else None)
-        if err is not None:
-            problems.append({"notebook": nb, "run_id": rid, "detail": "",
-                             "error": f"its executed notebook could not be read: {err}"})
-            continue
         if nb not in defaults:
             defaults[nb] = notebook_defaults(nb) if (NOTEBOOK_DIR / f"{nb}.ipynb").is_file() \
                 else {}
@@ -174,6 +177,14 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict]) -> list[dic
         # checkpoints or reused cached clients, so that a run's cost is not understated
         r["server_seconds"] = sum(float(x.get("wall_time_s") or 0.0) for x in recs)
         r["commits_behind"] = _commits_behind(r.get("code_version", ""))
+        write_reproducers([r], rep, grids)
+        err = (_render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html",
+                                page_header(r), r["reproduce"]["title"])
+               if "_ipynb" in r else None)
+        if err is not None:
+            problems.append({"notebook": nb, "run_id": rid, "detail": "",
+                             "error": f"its executed notebook could not be read: {err}"})
+            continue
         kept.append(r)
     return kept
 
@@ -235,6 +246,25 @@ def _figures(out: Path, rep: Path) -> dict[str, list[str]]:
     return figs
 
 
+def _scoreboard_figures(rows: list[dict], rep: Path) -> dict[str, str]:
+    """Paper vs ours for each table with paper-scale entries, saved under
+    ``report/figures/scoreboard/``; ``{board anchor: path relative to the report}``."""
+    import matplotlib.pyplot as plt
+
+    from ..plots import plot_scoreboard, save_figure
+
+    frame = pd.DataFrame(rows, columns=list(EXPORT_COLUMNS))
+    frame = frame[frame["paper_scale"].astype(bool) & frame["paper_acc"].notna()]
+    out = {}
+    for (paper, table), t in frame.groupby(["paper", "table"], sort=False):
+        name = f"{paper}-{table}"
+        fig = plot_scoreboard(t, f"{paper} {table}: the paper's number and ours (paper scale)")
+        save_figure(fig, rep / "figures" / "scoreboard", name)
+        plt.close(fig)
+        out[name] = f"figures/scoreboard/{name}.png"
+    return out
+
+
 def _see_links(rep: Path, docs: Path = DECISIONS_DIR):
     """``links(gap)``: ``(href, title)`` of each decisions section a gap names, the href relative
     to the report's folder (``docs/decisions/<file>.md#<anchor>``)."""
@@ -276,7 +306,8 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     have = {(r["notebook"], r["run_id"]) for r in mine}
     shipped = [r for r in (shipped_runs(results, problems) if results is not None else [])
                if (r["notebook"], r["run_id"]) not in have]
-    runs = _prepare_runs(mine + shipped, rep, fails)
+    runs = _prepare_runs(mine + shipped, rep, fails,
+                         None if results is None else results / "grids")
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
     gaps: list[Gap] = []
@@ -291,12 +322,16 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                     for t in load_grid(FULL_GRID)])
     env = jinja2.Environment(loader=jinja2.PackageLoader("ofl_core.batch", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    rows = export_rows(ent)
+    board_figures = _scoreboard_figures(rows, rep)
+    figures = {**({"scoreboard": list(board_figures.values())} if board_figures else {}),
+               **_figures(out, rep)}
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
-        verdict_lines=paper_verdicts(ent),
-        further=_further_html(further(unmatched)), coverage=cov, figures=_figures(out, rep),
+        verdict_lines=paper_verdicts(ent), repro={r["run_id"]: r["reproduce"] for r in runs},
+        further=_further_html(further(unmatched)), coverage=cov, figures=figures,
+        board_figures=board_figures,
         taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json, problems=problems)
-    rows = export_rows(ent)
     frame = pd.DataFrame(rows, columns=list(EXPORT_COLUMNS))
     _write_atomic(rep / "scoreboard.csv", frame.to_csv(index=False))
     _write_atomic(rep / "scoreboard.json", json.dumps(rows, indent=1))

@@ -274,7 +274,8 @@ def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
 
 #: the columns of the scoreboard's export (report/scoreboard.csv and .json), in order
 EXPORT_COLUMNS = ("paper", "table", "dataset", "method", "alpha", "partition", "num_clients",
-                  "setting", "preset", "scale", "paper_scale", "paper_acc", "ours_last",
+                  "setting", "preset", "scale", "paper_scale", "paper_acc", "paper_std",
+                  "ours_last",
                   "ours_std", "ours_best", "n_seeds", "verdict", "gap", "precision", "run_ids",
                   "code_versions", "why")
 
@@ -291,6 +292,7 @@ def export_rows(ent: pd.DataFrame) -> list[dict]:
             "method": r["method"], "alpha": r["akey"], "partition": r["partition"],
             "num_clients": int(r["num_clients"]), "setting": r["setting"], "preset": e.preset,
             "scale": e.scale, "paper_scale": e.paper_scale, "paper_acc": e.paper,
+            "paper_std": e.paper_std,
             "ours_last": round(e.last, 4), "ours_std": None if e.std is None else round(e.std, 4),
             "ours_best": round(e.best, 4), "n_seeds": e.n_seeds, "verdict": e.verdict,
             "gap": None if e.paper is None else round(e.last - e.paper, 4),

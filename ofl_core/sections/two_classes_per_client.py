@@ -132,23 +132,33 @@ def verdicts(tables: Tables, fig8: pd.DataFrame, sa_rescale: Sequence[bool]) -> 
 
 def plot_stratification(curves: pd.DataFrame, frame: pd.DataFrame, title: str) -> Figure:
     """Alg. 2's loss curves L_kj, one panel per client (log scale; solid = a class the client
-    holds, faint = the others), and Ū_c (classes × clients) beside them."""
+    holds, dashed = the others), three panels a row, and Ū_c (classes × clients) in the last
+    panel; one legend for all, outside the panels."""
     m = int(curves.client.max()) + 1
-    fig, axes = plt.subplots(1, m + 1, figsize=(2.4 * (m + 1), 2.6))
-    for k, ax in enumerate(axes[:m]):
+    cols = min(m + 1, 3)
+    rows = -(-(m + 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.6, 2.9 * rows),
+                             squeeze=False, layout="constrained")
+    flat = axes.ravel()
+    for k, ax in enumerate(flat[:m]):
         sub = curves[curves.client == k]
         sns.lineplot(sub, x="step", y="loss", hue="class", style="owned", palette="tab10",
                      style_order=[True, False], legend=k == 0, ax=ax)
         ax.set_yscale("log")
-        ax.set_title(f"client {k}", fontsize=8)
-    if axes[0].get_legend() is not None:
-        sns.move_legend(axes[0], "upper left", fontsize=5, title_fontsize=6)
+        ax.set_title(f"client {k}", fontsize=10)
+    if flat[0].get_legend() is not None:
+        handles, labels = flat[0].get_legend_handles_labels()
+        flat[0].get_legend().remove()
+        labels = [{"owned": "client holds the class", "True": "yes (solid)",
+                   "False": "no (dashed)"}.get(lab, lab) for lab in labels]
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     U_c = frame.pivot(index="class", columns="client", values="U_c")
-    sns.heatmap(U_c, annot=True, fmt=".2f", annot_kws={"fontsize": 5}, cbar=False,
-                ax=axes[m])
-    axes[m].set_title("Ū_c (classes × clients)", fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    sns.heatmap(U_c, annot=True, fmt=".2f", annot_kws={"fontsize": 7}, cbar=False,
+                ax=flat[m])
+    flat[m].set_title("Ū_c (classes × clients)", fontsize=10)
+    for ax in flat[m + 1:]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
     return fig
 
 
@@ -215,24 +225,35 @@ def teacher_regime_report(path: str | os.PathLike | None, figures_dir: str | os.
 def plot_variant_bars(table: pd.DataFrame, title: str) -> Figure:
     """Mean last accuracy ± std over seeds per variant (rows of :func:`summarise`), as
     horizontal bars: DENSE dark, the paper preset red, diagnostics (the oracle) hatched; the
-    mean best accuracy as a tick."""
+    mean best accuracy as a tick, DENSE's mean last as a dashed line; a legend says which is
+    which."""
+    from matplotlib.patches import Patch
+
     t = table.iloc[::-1]
-    fig, ax = plt.subplots(figsize=(6.5, 0.8 + 0.22 * len(t)))
+    fig, ax = plt.subplots(figsize=(8.5, 1.0 + 0.3 * len(t)), layout="constrained")
     colour = ["0.25" if v == tr.DENSE.label else "C3" if v == tr.PAPER.label else "C0"
               for v in t.variant]
     bars = ax.barh(t.variant, t.last_mean, xerr=t.last_std.fillna(0), color=colour,
-                   error_kw={"elinewidth": 0.6})
+                   error_kw={"elinewidth": 0.7})
     for b, diag in zip(bars, t.diagnostic, strict=True):
         if diag:
             b.set_hatch("//")
-    ax.plot(t.best_mean, t.variant, "k|", markersize=6, label="mean best")
-    ax.axvline(float(t[t.variant == tr.DENSE.label].last_mean.iloc[0]) if (
-        t.variant == tr.DENSE.label).any() else 0, color="0.25", lw=0.6, ls="--")
-    ax.tick_params(labelsize=6)
-    ax.set_xlabel("test accuracy (%), mean last ± std over seeds")
-    ax.legend(fontsize=6, loc="lower right")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    ax.plot(t.best_mean, t.variant, "k|", markersize=8)
+    dense = t[t.variant == tr.DENSE.label]
+    if not dense.empty:
+        ax.axvline(float(dense.last_mean.iloc[0]), color="0.25", lw=0.8, ls="--")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel("test accuracy (%), mean last epoch ± std over seeds")
+    handles = [Patch(color="0.25", label=f"DENSE ({tr.DENSE.label}); dashed: its mean"),
+               Patch(color="C3", label=f"FedHydra, the paper's reading ({tr.PAPER.label})"),
+               Patch(color="C0", label="FedHydra, other teacher / regime"),
+               Patch(facecolor="white", edgecolor="k", hatch="//",
+                     label="diagnostic only (oracle: the clients' label counts)"),
+               plt.Line2D([], [], color="k", marker="|", ls="", markersize=8,
+                          label="mean best epoch")]
+    # the longest bars are at the top: the legend sits over the short ones
+    ax.legend(handles=handles, fontsize=8, loc="lower right", framealpha=0.95)
+    ax.set_title(title, fontsize=10)
     return fig
 
 
