@@ -40,6 +40,7 @@ num_clients: int = 5
 seeds: list[int] = [1]
 arch: str = "cnn_mnist"
 local_epochs: int = 10
+local_options: dict = {}  # more LocalTrainConfig fields, e.g. {"batch_size": 64}
 methods: list[str] = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
            "fedhydra", "ot", "coboosting", "fedlpa", "intactofl"]
 presets: list[str] = ["paper"]
@@ -96,9 +97,9 @@ common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experimen
 server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
                          batch_size=batch_size, kd_batch_size=batch_size,
                          strat_steps=strat_steps, strat_batch_size=strat_batch_size)
+local = LocalTrainConfig(arch=arch, epochs=local_epochs, **local_options)
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
-                             num_clients=num_clients, seed=s, **common,
-                             local=LocalTrainConfig(arch=arch, epochs=local_epochs)),
+                             num_clients=num_clients, seed=s, **common, local=local),
             tuple(configure_methods(methods, presets, common=server,
                                     method_presets={"fedavg": [*presets, *baseline_presets]})),
             (Serves("dense", "T1"), Serves("fedhydra", "T1", paper_methods("fedhydra", "T1")),

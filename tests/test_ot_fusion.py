@@ -26,7 +26,7 @@ def _fresh_upload(arch: str, k: int, n: int = 10, classes: int = 4) -> ClientUpl
 # ---------------------------------------------------------------- OT fusion
 
 _SPECS = {"cnn_mnist": (1, 28), "cnn_cifar": (3, 32), "cnn_cifar100": (3, 32), "cnn1": (3, 32),
-          "lenet": (1, 28), "mcmahan_cnn": (1, 32)}
+          "lenet": (1, 28), "mcmahan_cnn": (1, 32), "simplecnn_mnist": (1, 28)}
 
 
 def _upload(model: nn.Module, arch: str, k: int, n: int, ch: int, size: int) -> ClientUpload:

@@ -29,7 +29,7 @@ from ..validation import NONNEG, check_config
 
 #: plain sequential conv/linear networks whose neurons OT fusion can align
 SUPPORTED_ARCHS: tuple[str, ...] = ("cnn_mnist", "cnn_cifar", "cnn_cifar100", "cnn1", "lenet",
-                                    "mcmahan_cnn")
+                                    "mcmahan_cnn", "simplecnn_mnist")
 
 
 @dataclass(frozen=True)
