@@ -495,3 +495,31 @@ def test_the_filters_hide_what_they_should_in_a_real_browser(tmp_path):
              and "hidden" not in e.get("class", [])]
     assert len(shown) == 2 and {e["data-verdict"] for e in shown} == {"below"}
     assert soup.find(id="f-count").text == "2 entries shown"
+
+
+def test_a_parameter_added_to_the_notebook_later_keeps_a_shipped_runs_scale(tmp_path):
+    """A run made before a notebook parameter existed ran at that parameter's default: it stays
+    at paper scale (the shipped records would otherwise all turn "reduced")."""
+    _shipped(tmp_path, [_rec("dense", 49.0)])
+    js = tmp_path / "results" / "main_tables" / "zzz.json"
+    run = json.loads(js.read_text())
+    assert "local_options" in run["effective_parameters"]
+    del run["effective_parameters"]["local_options"]
+    js.write_text(json.dumps(run))
+    soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    assert soup.select("div.ours")[0]["data-scale"] == "paper"
+
+
+def test_the_shipped_grids_runs_are_at_paper_scale_on_the_report(tmp_path):
+    """Every run shipped in results/ that a task of results/grids/ made (by its parameters) is
+    judged at paper scale by the report built from this checkout."""
+    grids = {json.dumps([t.notebook, t.parameters], sort_keys=True)
+             for f in sorted((RESULTS_DIR / "grids").glob("*.yaml")) for t in load_grid(f)}
+    shipped = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("main_tables/*.json"))]
+    made = [r["run_id"] for r in shipped
+            if json.dumps([r["notebook"], r["parameters"]], sort_keys=True) in grids]
+    assert made, "no shipped run matches a task of results/grids"
+    soup = BeautifulSoup(build_report(tmp_path, results=RESULTS_DIR).read_text(), "html.parser")
+    scales = {rid: soup.find(id=f"run-{rid}").find_all("td")[2].text for rid in made}
+    assert all(s.startswith("paper") for s in scales.values()), scales

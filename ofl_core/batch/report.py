@@ -167,7 +167,10 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
         if nb not in defaults:
             defaults[nb] = notebook_defaults(nb) if (NOTEBOOK_DIR / f"{nb}.ipynb").is_file() \
                 else {}
-        eff = r.get("effective_parameters") or {**defaults[nb], **r.get("parameters", {})}
+        # a parameter added to the notebook after the run was made is at its default in that
+        # run (a new parameter's default keeps the earlier behaviour): older shipped runs keep
+        # their scale
+        eff = {**defaults[nb], **(r.get("effective_parameters") or r.get("parameters", {}))}
         r["effective"] = eff
         r["scale"] = run_scale(eff, refs.get(nb, []), quick=not r.get("parameters"))
         recs = r.get("records", [])
