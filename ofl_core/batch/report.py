@@ -25,7 +25,7 @@ from ..taxonomy import taxonomy_frame
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
 from .runfiles import BadRunFile, check_failure, check_run, read_json
-from .runpages import page_header, write_reproducers
+from .runpages import page_header, shipped_grids, write_reproducer
 from .scale import run_scale
 from .scoreboard import (
     EXPORT_COLUMNS,
@@ -159,6 +159,7 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
 def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
                   grids: Path | None = None) -> list[dict]:
     refs = _references()
+    shipped = shipped_grids(grids)
     defaults: dict[str, dict] = {}
     kept = []
     for r in runs:
@@ -180,7 +181,7 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
         # checkpoints or reused cached clients, so that a run's cost is not understated
         r["server_seconds"] = sum(float(x.get("wall_time_s") or 0.0) for x in recs)
         r["commits_behind"] = _commits_behind(r.get("code_version", ""))
-        write_reproducers([r], rep, grids)
+        r["reproduce"] = write_reproducer(r, rep, shipped)
         err = (_render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html",
                                 page_header(r), r["reproduce"]["title"])
                if "_ipynb" in r else None)

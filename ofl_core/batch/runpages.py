@@ -50,8 +50,9 @@ def cost_text(run: dict) -> str:
     return text
 
 
-def _shipped_grids(grids_dir: Path | None) -> dict[str, str]:
-    """``json(notebook, parameters)`` → the shipped grid file holding that task."""
+def shipped_grids(grids_dir: Path | None) -> dict[str, str]:
+    """``json(notebook, parameters)`` → the shipped grid file holding that task (read once per
+    report)."""
     found: dict[str, str] = {}
     if grids_dir is None or not Path(grids_dir).is_dir():
         return found
@@ -75,25 +76,21 @@ def _shortest(path: Path) -> str:
         return path.as_posix()
 
 
-def write_reproducers(runs: list[dict], rep: Path, grids_dir: Path | None) -> None:
-    """For each run: ``report/reproduce/<run_id>.yaml`` (a grid of this one task, its exact
-    parameters) and ``run["reproduce"]`` = the command, the shipped grid it belongs to (or
-    None), its cost and machine."""
-    shipped = _shipped_grids(grids_dir)
+def write_reproducer(run: dict, rep: Path, shipped: dict[str, str]) -> dict:
+    """Write ``report/reproduce/<run_id>.yaml`` (a grid of this one task, its exact parameters)
+    and return what the report says of it: the command, the shipped grid it belongs to (from
+    :func:`shipped_grids`, or None), its title, cost and machine."""
+    params = run.get("parameters") or {}
     folder = rep / "reproduce"
     folder.mkdir(parents=True, exist_ok=True)
-    for r in runs:
-        params = r.get("parameters") or {}
-        f = folder / f"{r['run_id']}.yaml"
-        f.write_text(yaml.safe_dump({r["notebook"]: [params]}, sort_keys=False))
-        where = _shortest(f)
-        command = (f"python run_all.py --quick --only {r['notebook']}" if not params else
-                   f"python run_all.py --grid {where} --jobs 1")
-        r["reproduce"] = {
-            "command": command,
-            "grid": shipped.get(json.dumps([r["notebook"], params], sort_keys=True)),
-            "cost": cost_text(r), "machine": machine_text(r.get("machine")),
-            "title": run_title(r)}
+    f = folder / f"{run['run_id']}.yaml"
+    f.write_text(yaml.safe_dump({run["notebook"]: [params]}, sort_keys=False))
+    command = (f"python run_all.py --quick --only {run['notebook']}" if not params else
+               f"python run_all.py --grid {_shortest(f)} --jobs 1")
+    return {"command": command,
+            "grid": shipped.get(json.dumps([run["notebook"], params], sort_keys=True)),
+            "cost": cost_text(run), "machine": machine_text(run.get("machine")),
+            "title": run_title(run)}
 
 
 def page_header(run: dict) -> str:
@@ -118,4 +115,5 @@ def page_header(run: dict) -> str:
         f'</summary><table>{params}</table></details></header>')
 
 
-__all__ = ["cost_text", "machine_text", "page_header", "run_title", "write_reproducers"]
+__all__ = ["cost_text", "machine_text", "page_header", "run_title", "shipped_grids",
+           "write_reproducer"]
