@@ -183,13 +183,14 @@ class Setup:
         self, method: str, config: Any, last_acc: float, best_acc: float, *,
         wall_time_s: float = 0.0, setting: str | None = None, preset: str | None = None,
         client_accs: Sequence[float] | None = None, ensemble_acc: float | None | str = "setup",
-        hash_extra: Mapping[str, Any] | None = None,
+        hash_extra: Mapping[str, Any] | None = None, notes: Mapping[str, Any] | None = None,
     ) -> ResultRecord:
         """The one place a result becomes a :class:`ResultRecord` of this experiment.
 
         ``config`` is the method's (or client's) config, hashed with the experiment's into
         ``config_hash`` (with ``hash_extra`` when one config gives several records). Client and
         ensemble accuracies are the setup's unless given (multi-round: each round's own).
+        ``notes``: the method's further measurements (:attr:`ResultRecord.notes`).
         """
         cfg = self.cfg
         accs = list(self.client_accs if client_accs is None else client_accs)
@@ -215,6 +216,7 @@ class Setup:
                                       resolve_amp(getattr(config, "amp", False), self.device)),
             client_code=self.client_code,
             aggregation=robust_label(config),
+            notes=dict(notes or {}),
         )
 
 
@@ -273,7 +275,9 @@ def run_one(setup: Setup, name: str, config: Any) -> tuple[ResultRecord, ServerR
         res.last_acc = ctx.evaluate(res.model)
     if res.best_acc is None:
         res.best_acc = max([res.last_acc, *res.curve])
-    return setup.record(res.method, config, res.last_acc, res.best_acc, wall_time_s=wall), res
+    notes = {k: res.extras[k] for k in method_spec(name).recorded if k in res.extras}
+    return setup.record(res.method, config, res.last_acc, res.best_acc, wall_time_s=wall,
+                        notes=notes), res
 
 
 def run_methods(

@@ -15,7 +15,7 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
@@ -56,9 +56,15 @@ class ResultRecord:
     client_code: str = ""
     #: robust aggregation when it was on (e.g. "median", "trimmed_mean(0.1)"), else ""
     aggregation: str = ""
+    #: the method's own further measurements (its spec's ``recorded`` extras, e.g. FedLPA's
+    #: closed-form accuracy, IntactOFL's deployed size); left out of the dict when empty
+    notes: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["notes"]:
+            del d["notes"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ResultRecord:

@@ -5,6 +5,7 @@ end-to-end run through the experiment layer (the method's client step)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -15,6 +16,7 @@ from torch import nn
 from ofl_core.fedlpa.factors import kfac_factors, layer_matrix, validate_factors
 from ofl_core.fedlpa.server import FedLPAConfig, closed_form, refine
 from ofl_core.registry import method_config, method_spec, run_method
+from ofl_core.results import ResultRecord
 from ofl_core.uploads import UploadError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -182,6 +184,11 @@ def test_fedlpa_end_to_end_through_the_experiment(bars, tmp_path) -> None:
     assert [r.method for r in records] == ["fedlpa", "fedlpa-biased"]
     assert res.extras["acc_newton"] > 50 and res.extras["acc_biased"] > 50
     assert records[0].last_acc == pytest.approx(res.extras["acc_newton"], abs=1e-3)
+    # the record keeps both solutions (its spec's `recorded` extras), through JSON and back
+    notes = ResultRecord.from_dict(json.loads(json.dumps(records[0].to_dict()))).notes
+    assert notes == {"acc_newton": res.extras["acc_newton"],
+                     "acc_biased": res.extras["acc_biased"], "chosen": "newton"}
+    assert "notes" not in setup.record("x", mcfg, 1.0, 1.0).to_dict()  # none: no key
     for layer in res.extras["layers"].values():
         assert layer["residual_newton"] <= layer["residual_biased"] + 1e-12
     assert method_spec("fedlpa").client_step is not None

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..project import project_dir
 from ..taxonomy import taxonomy_frame
+from .beyond import beyond_table
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
 from .runfiles import BadRunFile, check_failure, check_run, read_json
@@ -333,7 +334,8 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
         verdict_lines=paper_verdicts(ent), repro={r["run_id"]: r["reproduce"] for r in runs},
-        further=_further_html(further(unmatched)), coverage=cov, figures=figures,
+        further=_further_html(further(unmatched)), beyond=beyond_table(runs),
+        coverage=cov, figures=figures,
         board_figures=board_figures,
         taxonomy=_taxonomy_html(), see_links=_see_links(rep), json=json, problems=problems)
     frame = pd.DataFrame(rows, columns=list(EXPORT_COLUMNS))

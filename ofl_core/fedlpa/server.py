@@ -191,6 +191,7 @@ SPEC = MethodSpec(
     ),
     homogeneous=True,
     client_step=attach_factors,
+    recorded=("acc_newton", "acc_biased", "chosen"),
 )
 
 __all__ = ["SPEC", "FedLPAConfig", "aggregate", "attach_factors", "closed_form", "fit", "refine",

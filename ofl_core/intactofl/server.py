@@ -291,6 +291,7 @@ SPEC = MethodSpec(
         "T: generator synthesis against the gated mixture, then a gate pass over the pool",
         MODEL, "nothing", "m client models + a gate (mixture of experts)",
     ),
+    recorded=("params", "params_one_expert", "flops_per_image", "flops_one_expert"),
 )
 
 __all__ = ["SPEC", "GatedMixture", "IntactOFLConfig", "LinearGate", "deployed_cost",

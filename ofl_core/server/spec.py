@@ -44,7 +44,9 @@ class MethodSpec:
     (``None`` for an ablation variant that is not a method of its own, e.g. FedCVAE Table 6's
     server variants); ``homogeneous``: it averages parameters, so every client must share one
     architecture (mixed-architecture tables skip it); ``client``: which client kind it
-    distils, ``"classifier"`` or ``"decoder"`` (FedCVAE's CVAE decoders); ``client_step``:
+    distils, ``"classifier"`` or ``"decoder"`` (FedCVAE's CVAE decoders); ``recorded``: the
+    keys of ``ServerResult.extras`` that its records keep as ``notes`` (a second model's
+    accuracy, the deployed model's size), numbers or short strings; ``client_step``:
     what each client computes on its own data beyond its trained model before it uploads
     (FedLPA's curvature factors), ``client_step(uploads, dataset, partition, cfg, device) ->
     uploads``; the experiment applies it to the shared clients' uploads before ``run``, so the
@@ -58,6 +60,7 @@ class MethodSpec:
     homogeneous: bool = False
     client: str = "classifier"
     client_step: Callable[..., list] | None = None
+    recorded: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower() or " " in self.name:

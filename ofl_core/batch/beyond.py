@@ -1,0 +1,152 @@
+"""The report's "beyond the papers" table: the one-shot methods that no reproduced paper prints
+(those with server work of their own and no cell in ``paper_results.csv``: today Co-Boosting,
+FedLPA and IntactOFL) beside every other method that ran on **the same trained clients**.
+
+A client set is one run's clients: the dataset and its source, the architecture, the local
+epochs and options, the partition, α, m, the seed, the clients' code version, and the clients'
+logit-ensemble accuracy (a fingerprint: two client sets that differ anywhere give another
+ensemble). Only client sets that hold a record of such a method count, so a method's number
+here is always on the clients its neighbours used; a column is one setting (everything but the
+seed) at one scale, each cell the mean over its client sets' seeds.
+
+A method's ``notes`` (its spec's ``recorded`` extras) add rows and lines: an ``acc_*`` note is
+a second model's accuracy (FedLPA's closed form ``acc_biased``, shown as its own row); the
+others (IntactOFL's ``params`` and ``flops_per_image`` beside one expert's) are the deployed
+model's cost, said under the table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..registry import METHODS
+from ..results import paper_results
+from .scoreboard import DATASET_NAMES, annotated_frame
+
+#: the client set's identity, beyond the record's own keys (from the run's parameters)
+RUN_KEYS = ("arch", "local_epochs", "local_options")
+SETTING = ("dataset", "data_source", "arch", "local_epochs", "local_options", "partition",
+           "akey", "num_clients", "client_code", "scale")
+
+
+def later_methods() -> tuple[str, ...]:
+    """Registry methods with server work of their own that print in no paper table here."""
+    printed = set(paper_results()["method"])
+    return tuple(name for name, spec in METHODS.items()
+                 if name not in printed and spec.kind is not None
+                 and not spec.kind.stages.startswith("none"))
+
+
+@dataclass(frozen=True)
+class BeyondTable:
+    """``columns``: one label per setting; ``rows``: (method label, one cell text per column);
+    ``costs``: one line per (method, setting) with a deployed model's size."""
+
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]
+    costs: list[str]
+
+
+def _frame(runs: Iterable[dict]) -> pd.DataFrame:
+    runs = list(runs)
+    df = annotated_frame(runs)
+    if df.empty:
+        return df
+    per_run = {r["run_id"]: r.get("effective", {}) for r in runs}
+    for key in RUN_KEYS:
+        df[key] = [str(per_run.get(rid, {}).get(key, "")) for rid in df["run_id"]]
+    df["data_source"] = df["data_source"].fillna("").astype(str)
+    df["client_code"] = df["client_code"].fillna("").astype(str)
+    df["fingerprint"] = df["ensemble_acc"].map(
+        lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}")
+    return df
+
+
+def _label(s: pd.Series) -> str:
+    parts = [DATASET_NAMES.get(s["dataset"], s["dataset"]), s["arch"], f"m={s['num_clients']}"]
+    parts.append(f"α={s['akey']}" if s["akey"] != "" else str(s["partition"]))
+    parts.append(f"{s['local_epochs']} local ep.")
+    if s["local_options"] not in ("", "{}"):
+        parts.append(s["local_options"])
+    return " · ".join(parts) + f" · {s['scale']}"
+
+
+def _cell(values: pd.Series) -> str:
+    v = values.astype(float)
+    if v.empty:
+        return ""
+    return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "") + \
+        f" (n={len(v)})"
+
+
+def _method_rows(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(label, its records): the ensemble, then every method and preset, then each ``acc_*``
+    note as a row of its own; the paper methods before the later ones, registry order."""
+    order = {name: i for i, name in enumerate(METHODS)}
+    later = set(later_methods())
+    out = []
+    if not any(METHODS[m].kind.stages.startswith("none") for m in df["method"].unique()
+               if m in METHODS and METHODS[m].kind is not None):  # no reference row ran
+        sets = df.drop_duplicates(["set", "seed"])
+        out.append(("ensemble (the clients' mean logits)",
+                    sets.assign(last_acc=sets["ensemble_acc"])))
+    keyed = sorted(df.groupby(["method", "preset", "setting"], sort=False),
+                   key=lambda kv: (kv[0][0] in later, order.get(kv[0][0], len(order)),
+                                   kv[0][1] != "paper", kv[0][2]))
+    for (method, preset, setting), g in keyed:
+        name = method if preset == "paper" else f"{method} ({preset})"
+        name += f" [{setting}]" if setting else ""
+        out.append((name, g))
+        notes = g["notes"].map(lambda n: n if isinstance(n, dict) else {})
+        for key in sorted({k for n in notes for k in n if k.startswith("acc_")}):
+            vals = notes.map(lambda n, k=key: n.get(k))
+            if (vals.astype(float) - g["last_acc"].astype(float)).abs().max() < 1e-9:
+                continue  # the method's own number again
+            out.append((f"{name}: {key[4:]} model", g.assign(last_acc=vals)[vals.notna()]))
+    return out
+
+
+def _costs(df: pd.DataFrame, labels: dict) -> list[str]:
+    lines = []
+    for (method, setting), g in df.groupby(["method", "setting_key"], sort=False):
+        notes = [n for n in g["notes"] if isinstance(n, dict) and "params" in n]
+        if not notes:
+            continue
+        n = notes[0]
+        text = f"{method} on {labels[setting]}: deploys {n['params']:,} parameters"
+        if "flops_per_image" in n:
+            text += f", {n['flops_per_image']:,} FLOPs per image"
+        if "params_one_expert" in n:
+            text += (f" (one client model: {n['params_one_expert']:,} parameters"
+                     + (f", {n['flops_one_expert']:,} FLOPs" if "flops_one_expert" in n else "")
+                     + "; the single-model methods deploy one such model)")
+        lines.append(text)
+    return lines
+
+
+def beyond_table(runs: Iterable[dict]) -> BeyondTable | None:
+    """The table over ``runs`` (prepared runs: records, ``effective`` parameters, ``scale``),
+    or None when no later method ran."""
+    df = _frame(runs)
+    later = set(later_methods())
+    if df.empty or not df["method"].isin(later).any():
+        return None
+    df["setting_key"] = df[list(SETTING)].astype(str).agg("|".join, axis=1)
+    df["set"] = df["setting_key"] + "|" + df["seed"].astype(str) + "|" + df["fingerprint"]
+    df = df[df["set"].isin(set(df.loc[df["method"].isin(later), "set"]))]
+    # one measurement per (client set, method, preset): a shipped record made again counts once
+    df = df.drop_duplicates(["set", "method", "preset", "setting"], keep="first")
+    settings = df.drop_duplicates("setting_key")
+    keys = list(settings["setting_key"])
+    labels = {s["setting_key"]: _label(s) for _, s in settings.iterrows()}
+    rows = []
+    for name, g in _method_rows(df):
+        rows.append((name, [_cell(g.loc[g["setting_key"] == k, "last_acc"]) for k in keys]))
+    return BeyondTable([labels[k] for k in keys], rows, _costs(df, labels))
+
+
+__all__ = ["BeyondTable", "beyond_table", "later_methods"]
