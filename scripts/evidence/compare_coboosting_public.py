@@ -45,9 +45,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -55,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _public_code import export_public_code, print_curves, run_logged
 
 import ofl_core
 from ofl_core.coboosting.server import CoBoostingConfig
@@ -135,20 +134,7 @@ def setup(args: argparse.Namespace) -> None:
     """Export the public code into PUBLIC/code with the CPU stand-ins; write the launcher."""
     pub = Path(args.public_dir)
     code = pub / "code"
-    if code.exists():
-        sys.exit(f"{code} exists; remove it to set up afresh")
-    code.mkdir(parents=True)
-    archive = subprocess.run(["git", "--git-dir", args.mirror, "archive", args.commit],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
-    changed = []
-    for f in sorted(code.rglob("*.py")):
-        text = orig = f.read_text()
-        for old, new in STAND_INS["*"] + STAND_INS.get(f.name, []):
-            text = text.replace(old, new)
-        if text != orig:
-            f.write_text(text)
-            changed.append(str(f.relative_to(code)))
+    changed = export_public_code(args.mirror, args.commit, code, STAND_INS)
     (pub / "run_public.py").write_text(LAUNCHER)
     print(f"public code {args.commit} in {code}; stand-ins in {', '.join(changed)}")
 
@@ -171,13 +157,7 @@ def launch(pub: Path, root: Path, threads: int, argv: list[str], log: Path,
     cmd = [sys.executable, str(pub / "run_public.py"), "--root", str(root), "--threads",
            str(threads), *(["--partition-out", str(partition_out)] if partition_out else []),
            "--", *argv]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": ""}
-    t0 = time.perf_counter()
-    with log.open("w") as fh:
-        r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    if r.returncode:
-        sys.exit(f"public code failed ({r.returncode}); see {log}")
-    return time.perf_counter() - t0
+    return run_logged(cmd, threads, log)
 
 
 def fl_model_id(a: argparse.Namespace) -> str:
@@ -347,24 +327,7 @@ def table(args: argparse.Namespace) -> None:
     by = {(r["side"], r["seed"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})
     sides = [s for s in ("public", "ofl") if any(k[0] == s for k in by)]
-    n = max(len(r["curve"]) for r in rows)
-    marks = sorted({*range(args.every - 1, n, args.every), n - 1})
-    head = "epoch  " + "  ".join(f"{s:>6s} s{seed}" for seed in seeds for s in sides)
-    print(head)
-    for e in marks:
-        cells = [f"{by[s, seed]['curve'][e]:9.2f}" if (s, seed) in by
-                 and e < len(by[s, seed]["curve"]) else f"{'—':>9s}"
-                 for seed in seeds for s in sides]
-        print(f"{e + 1:5d}  " + "  ".join(cells))
-    for s in sides:
-        got = [by[s, seed] for seed in seeds if (s, seed) in by]
-        last = [r["curve"][-1] for r in got]
-        sec = [r["seconds"] / max(len(r["curve"]), 1) for r in got]
-        sd = f" ± {statistics.stdev(last):.2f}" if len(last) > 1 else ""
-        best = " / ".join(f"{max(r['curve']):.2f}" for r in got)
-        print(f"{s:6s}: last {' / '.join(f'{v:.2f}' for v in last)} (mean "
-              f"{statistics.mean(last):.2f}{sd}), best {best}, "
-              f"{statistics.mean(sec):.1f} s per epoch")
+    print_curves(by, seeds, sides, args.every)
     for seed in seeds:
         r = by.get(("ofl", seed))
         if r and r.get("weighted_ensemble_acc") is not None:
