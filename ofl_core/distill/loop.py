@@ -16,7 +16,7 @@ the methods share.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
@@ -241,6 +241,18 @@ def open_run(uploads: Sequence, cfg: Any, ctx: ServerContext, name: str, tag: st
                       tracker=EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every),
                       epochs_total=cfg.epochs, progress=ctx.progress, unfuse=unfuse,
                       student_loaded=state is not None, checkpoint=ckpt)
+
+
+@dataclass
+class SynthesisLog:
+    """What a synthesise-then-distil server records: the per-epoch mean losses of its
+    synthesis step and of the student, and the last synthetic batch ``x`` with ``y``, its
+    labels (Fed-ADI) or the ensemble's logits on it (Fed-DAFL)."""
+
+    synth_losses: list[torch.Tensor] = field(default_factory=list)
+    kd_losses: list[torch.Tensor] = field(default_factory=list)
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
 
 
 def as_floats(values: list[torch.Tensor]) -> list[float]:

@@ -10,14 +10,14 @@ student is distilled from D on one pass over the pool (as DENSE's code does for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Attrs
 from ..distill.config import DistillConfig, check_distill_config
-from ..distill.loop import DistillRun, as_floats, distil_pool, open_run
+from ..distill.loop import DistillRun, SynthesisLog, as_floats, distil_pool, open_run
 from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip, keep_lowest
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
@@ -101,32 +101,22 @@ def invert_batch(run_: DistillRun, cfg: FedADIConfig, num_classes: int, image_si
     return best_x, best_loss, y
 
 
-@dataclass
-class AdiLog:
-    """What Fed-ADI records: per-epoch losses and the last inverted batch x̂ with its labels."""
-
-    inv_losses: list[torch.Tensor] = field(default_factory=list)
-    kd_losses: list[torch.Tensor] = field(default_factory=list)
-    x: torch.Tensor | None = None
-    y: torch.Tensor | None = None
-
-
 def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> ServerResult:
     """Invert the ensemble into a pool of images (Adaptive DeepInversion) and distil from it:
     every epoch the lowest-loss inverted batch joins the pool, then one KD pass over it."""
     run_ = open_run(uploads, cfg, ctx, "Fed-ADI", "fed-adi")
     opt_s = torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     pool = ImagePool(uint8=cfg.pool_uint8, device=run_.device)
-    log = AdiLog()
+    log = SynthesisLog()
     state = {"opt_s": opt_s, "pool": pool, "log": Attrs.of(log, run_.device)}
     for _epoch in run_.epochs(state):
         log.x, best_loss, log.y = invert_batch(run_, cfg, ctx.num_classes, ctx.image_size,
                                                ctx.in_channels)
-        log.inv_losses.append(best_loss)
+        log.synth_losses.append(best_loss)
         pool.add(log.x)
         log.kd_losses.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size,
                                           cfg.kd_temperature))
-    extras = {"pool_size": len(pool), "inversion_loss": as_floats(log.inv_losses),
+    extras = {"pool_size": len(pool), "inversion_loss": as_floats(log.synth_losses),
               "kd_loss": as_floats(log.kd_losses)}
     return run_.result(cfg.method_name, cfg.preset, extras, samples=(log.x, log.y),
                        num_images=cfg.num_images)

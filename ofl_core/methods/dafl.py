@@ -15,7 +15,7 @@ setting").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -24,7 +24,7 @@ from ..checkpoint import Attrs
 from ..devices import to_device
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
-from ..distill.loop import as_floats, distil_pool, open_run
+from ..distill.loop import SynthesisLog, as_floats, distil_pool, open_run
 from ..distill.losses import (
     dafl_activation_loss,
     dafl_information_entropy_loss,
@@ -76,16 +76,6 @@ def dafl_generator_loss(d: torch.Tensor, features: list[torch.Tensor],
             + cfg.ie_weight * dafl_information_entropy_loss(d))
 
 
-@dataclass
-class DaflLog:
-    """What Fed-DAFL records: the per-epoch mean losses and the last batch x̂ with D(x̂)."""
-
-    g_losses: list[torch.Tensor] = field(default_factory=list)
-    kd_losses: list[torch.Tensor] = field(default_factory=list)
-    x: torch.Tensor | None = None
-    d: torch.Tensor | None = None
-
-
 def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> ServerResult:
     """Train a DAFL generator on the ensemble and distil the ensemble into a fresh student:
     every step one generator step on L_G and one student KD step (DENSE Eq. 6) on the same
@@ -95,7 +85,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
     opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.g_lr, betas=cfg.g_betas)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
-    log = DaflLog()
+    log = SynthesisLog()
     pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
     state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev),
              **({"pool": pool} if pool is not None else {})}
@@ -115,7 +105,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             loss_g.backward()
             opt_g.step()
             ep_g.append(loss_g.detach())
-            log.x, log.d = x.detach(), d.detach()
+            log.x, log.y = x.detach(), d.detach()
             if pool is not None:  # the batch joins the pool if it is the epoch's best so far
                 best_x, best_loss = keep_lowest(best_x, best_loss, x, loss_g)
                 continue
@@ -130,15 +120,15 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             pool.add(best_x)
             ep_kd.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size, cfg.kd_temperature))
         if ep_g:
-            log.g_losses.append(torch.stack(ep_g).mean())
+            log.synth_losses.append(torch.stack(ep_g).mean())
             log.kd_losses.append(torch.stack(ep_kd).mean())
-    extras = {"g_loss": as_floats(log.g_losses), "kd_loss": as_floats(log.kd_losses),
+    extras = {"g_loss": as_floats(log.synth_losses), "kd_loss": as_floats(log.kd_losses),
               "kd_data": cfg.kd_data, "pool_size": len(pool) if pool is not None else 0,
               "kd_steps": (cfg.epochs * cfg.steps_per_epoch if pool is None
                            else sum(-(-cfg.batch_size * e // cfg.kd_batch_size)
                                     for e in range(1, cfg.epochs + 1)))}
     return run_.result(cfg.method_name, cfg.preset, extras,
-                       samples=(log.x, log.d.argmax(1) if log.d is not None else None),
+                       samples=(log.x, log.y.argmax(1) if log.y is not None else None),
                        num_images=cfg.num_images)
 
 

@@ -20,7 +20,7 @@ import json
 import time
 
 import torch
-from dense_t1_setup import dense_t1_setup
+from dense_t1_setup import add_cell_args, add_server_args, dense_t1_setup, server_sizes
 
 from ofl_core.methods.dafl import FedDAFLConfig
 from ofl_core.registry import run_method
@@ -28,21 +28,12 @@ from ofl_core.registry import run_method
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="fmnist")
-    p.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.5])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--local-epochs", type=int, default=200)
+    add_cell_args(p, "fmnist", 200)
     p.add_argument("--kd-data", nargs="+", default=["fresh", "pool"], choices=["fresh", "pool"])
-    p.add_argument("--server-epochs", type=int, default=None, help="default: the paper's 200")
-    p.add_argument("--steps-per-epoch", type=int, default=None, help="default: the paper's 30")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="default: the paper's 128 (also the pool's KD batch)")
+    add_server_args(p)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    server = {k: v for k, v in (("epochs", args.server_epochs),
-                                ("steps_per_epoch", args.steps_per_epoch),
-                                ("batch_size", args.batch_size),
-                                ("kd_batch_size", args.batch_size)) if v is not None}
+    server = server_sizes(args, kd_batch=True)
     for alpha in args.alphas:
         for seed in args.seeds:
             setup = dense_t1_setup(args.dataset, alpha, seed, args.local_epochs)

@@ -18,7 +18,7 @@ import argparse
 import json
 
 import torch
-from dense_t1_setup import dense_t1_setup
+from dense_t1_setup import add_cell_args, add_server_args, dense_t1_setup, server_sizes
 
 from ofl_core.evaluate import accuracy
 from ofl_core.methods.fedavg import FedAvgConfig
@@ -28,22 +28,15 @@ from ofl_core.registry import run_method
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="fmnist_embedded")
-    p.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.5])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--local-epochs", type=int, default=10)
+    add_cell_args(p, "fmnist_embedded", 10)
     p.add_argument("--modes", nargs="+", default=["train", "eval"], choices=["train", "eval"])
     p.add_argument("--proxy", default="noise",
                    help="FedDF's proxy: noise (data-free, the default) or a dataset name, e.g. "
                         "the task's own training images as an in-domain upper bound")
-    p.add_argument("--server-epochs", type=int, default=None, help="default: the paper's 200")
-    p.add_argument("--steps-per-epoch", type=int, default=None, help="default: the paper's 30")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the paper's 128")
+    add_server_args(p)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    server = {k: v for k, v in (("epochs", args.server_epochs),
-                                ("steps_per_epoch", args.steps_per_epoch),
-                                ("batch_size", args.batch_size)) if v is not None}
+    server = server_sizes(args)
     for alpha in args.alphas:
         for seed in args.seeds:
             setup = dense_t1_setup(args.dataset, alpha, seed, args.local_epochs)
