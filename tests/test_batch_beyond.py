@@ -54,6 +54,9 @@ def test_only_the_clients_a_later_method_used_and_its_notes_reach_the_table(tmp_
     # setting where no later method ran is no column
     _run(tmp_path, "r3", [_rec("dense", 99.0, ensemble=71.5)], local_epochs=2)
     _run(tmp_path, "r4", [_rec("dense", 98.0)], local_epochs=3)
+    # a later method on clients no paper-cell record used: in its own client set here, but
+    # not "also on these clients" beside DENSE Table 1
+    _run(tmp_path, "r5", [_rec("intactofl", 55.0, seed=3, ensemble=60.0)], local_epochs=2)
     index = build_report(tmp_path, results=None)
     soup = BeautifulSoup(index.read_text(), "html.parser")
     table = soup.find(id="beyond").find_next("table")
@@ -62,11 +65,17 @@ def test_only_the_clients_a_later_method_used_and_its_notes_reach_the_table(tmp_
     rows = {tr.find("th").text: tr.find("td").text for tr in table.find_all("tr")[1:]}
     assert rows["dense"] == "61.00 ± 1.41 (n=2)"  # not 99: other clients
     assert rows["coboosting"] == "65.00 ± 1.41 (n=2)"
-    assert rows["ensemble (the clients' mean logits)"] == "71.00 ± 1.41 (n=2)"
+    # every client set a later method used: seeds 1 and 2, and seed 3's (IntactOFL only)
+    assert rows["ensemble (the clients' mean logits)"] == "67.33 ± 6.43 (n=3)"
     assert rows["fedlpa"] == "50.00 (n=1)" and rows["fedlpa: biased model"] == "40.00 (n=1)"
     assert "fedlpa: newton model" not in rows  # the method's own number is not repeated
     order = list(rows)
     assert order.index("dense") < order.index("coboosting")  # the papers' methods first
+    assert rows["intactofl"] == "63.00 ± 11.31 (n=2)"
+    extras = soup.find(id="dense-T1").find_next("table", class_="extras")
+    also = {tr.find("th").text: tr.find("td").text for tr in extras.find_all("tr")[1:]}
+    # beside DENSE Table 1 only the clients DENSE used: seed 3's IntactOFL stays out
+    assert also["intactofl"].startswith("71.00 (n=1") and also["coboosting"].startswith("65.00")
     costs = soup.find("ul", class_="costs").text
     assert "intactofl" in costs and "5,050 parameters" in costs and "45,000 FLOPs" in costs
     assert soup.find("a", href="#beyond") is not None

@@ -332,7 +332,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     figures = {**({"scoreboard": list(board_figures.values())} if board_figures else {}),
                **_figures(out, rep)}
     html = env.get_template("report.html.j2").render(
-        runs=runs, fails=fails, boards=boards(ent, unmatched), summary=summary(ent),
+        runs=runs, fails=fails, boards=boards(ent, unmatched, matched), summary=summary(ent),
         verdict_lines=paper_verdicts(ent), repro={r["run_id"]: r["reproduce"] for r in runs},
         further=_further_html(further(unmatched)), beyond=beyond_table(runs),
         coverage=cov, figures=figures,

@@ -213,10 +213,13 @@ def _column_label(row: pd.Series, varying: list[str]) -> str:
     return " ".join(parts)
 
 
-def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None) -> list[Board]:
+def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None,
+           matched: pd.DataFrame | None = None) -> list[Board]:
     """A :class:`Board` per paper table with at least one entry, in the papers' order;
     ``unmatched`` records labelled for a board's table at one of its columns become its
-    extras (e.g. the ensemble or Co-Boosting beside DENSE Table 1)."""
+    extras (e.g. the ensemble or Co-Boosting beside DENSE Table 1) — given ``matched`` (the
+    board's records), only those made on the clients of one of its records (same seed, same
+    clients' ensemble accuracy), so that "also on these clients" is true."""
     pr = _paper_cells()
     if ent.empty:
         return []
@@ -247,16 +250,28 @@ def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None) -> list[Boa
             if any(c is not None for c in row):
                 rows.append((method, row))
         out.append(Board(paper, table, labels, rows,
-                         _extras(unmatched, paper, table, col_keys)))
+                         _extras(unmatched, paper, table, col_keys, matched)))
     return out
 
 
+def clients_key(df: pd.DataFrame) -> pd.Series:
+    """Which clients a record was made on, as far as records tell: its column, its seed and
+    its clients' ensemble accuracy (other clients of the same setting give another ensemble)."""
+    ens = df["ensemble_acc"].map(lambda v: "" if v is None or pd.isna(v) else f"{float(v):.2f}")
+    return df[COLUMN_KEYS].astype(str).agg("|".join, axis=1) + "|" + df["seed"].astype(str) \
+        + "|" + ens
+
+
 def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
-            col_keys: list[tuple]) -> list[tuple[str, list[str]]]:
+            col_keys: list[tuple], matched: pd.DataFrame | None = None
+            ) -> list[tuple[str, list[str]]]:
     if unmatched is None or unmatched.empty:
         return []
     df = unmatched[(unmatched["paper"] == paper) & (unmatched["table"] == table)]
     df = df[df[COLUMN_KEYS].apply(tuple, axis=1).isin(col_keys)]
+    if matched is not None and not df.empty:
+        mine = matched[(matched["paper"] == paper) & (matched["table"] == table)]
+        df = df[clients_key(df).isin(set(clients_key(mine)))]
     out = []
     # one row per scale: a paper-scale record and a quick one ran on different clients, and
     # their mean would be no measurement of anything
