@@ -7,7 +7,8 @@ epochs and options, the partition, α, m, the seed, the clients' code version, a
 logit-ensemble accuracy (a fingerprint: two client sets that differ anywhere give another
 ensemble). Only client sets that hold a record of such a method count, so a method's number
 here is always on the clients its neighbours used; a column is one setting (everything but the
-seed) at one scale, each cell the mean over its client sets' seeds.
+seed) from one origin (the shipped grid that holds its runs' task, else the runs' scale), each
+cell the mean over its client sets' seeds.
 
 A method's ``notes`` (its spec's ``recorded`` extras) add rows and lines: an ``acc_*`` note is
 a second model's accuracy (FedLPA's closed form ``acc_biased``, shown as its own row); the
@@ -30,7 +31,7 @@ from .scoreboard import DATASET_NAMES, annotated_frame
 #: the client set's identity, beyond the record's own keys (from the run's parameters)
 RUN_KEYS = ("arch", "local_epochs", "local_options")
 SETTING = ("dataset", "data_source", "arch", "local_epochs", "local_options", "partition",
-           "akey", "num_clients", "client_code", "scale")
+           "akey", "num_clients", "client_code", "origin")
 
 
 def later_methods() -> tuple[str, ...]:
@@ -58,7 +59,12 @@ def _frame(runs: Iterable[dict]) -> pd.DataFrame:
         return df
     per_run = {r["run_id"]: r.get("effective", {}) for r in runs}
     for key in RUN_KEYS:
-        df[key] = [str(per_run.get(rid, {}).get(key, "")) for rid in df["run_id"]]
+        df[key] = [_text(per_run.get(rid, {}).get(key, "")) for rid in df["run_id"]]
+    # where a run comes from: the shipped grid that holds its task, else its scale (a setting
+    # no paper prints has no paper scale to be judged by)
+    grid = {r["run_id"]: (r.get("reproduce") or {}).get("grid") for r in runs}
+    df["origin"] = [grid.get(rid) or scale for rid, scale in zip(df["run_id"], df["scale"],
+                                                                 strict=True)]
     df["data_source"] = df["data_source"].fillna("").astype(str)
     df["client_code"] = df["client_code"].fillna("").astype(str)
     df["fingerprint"] = df["ensemble_acc"].map(
@@ -66,13 +72,19 @@ def _frame(runs: Iterable[dict]) -> pd.DataFrame:
     return df
 
 
+def _text(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
 def _label(s: pd.Series) -> str:
     parts = [DATASET_NAMES.get(s["dataset"], s["dataset"]), s["arch"], f"m={s['num_clients']}"]
     parts.append(f"α={s['akey']}" if s["akey"] != "" else str(s["partition"]))
     parts.append(f"{s['local_epochs']} local ep.")
-    if s["local_options"] not in ("", "{}"):
+    if s["local_options"]:
         parts.append(s["local_options"])
-    return " · ".join(parts) + f" · {s['scale']}"
+    return " · ".join(parts) + f" · {s['origin']}"
 
 
 def _cell(values: pd.Series) -> str:
@@ -104,7 +116,7 @@ def _method_rows(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         notes = g["notes"].map(lambda n: n if isinstance(n, dict) else {})
         for key in sorted({k for n in notes for k in n if k.startswith("acc_")}):
             vals = notes.map(lambda n, k=key: n.get(k))
-            if (vals.astype(float) - g["last_acc"].astype(float)).abs().max() < 1e-9:
+            if (vals.astype(float) - g["last_acc"].astype(float)).abs().max() < 5e-3:
                 continue  # the method's own number again
             out.append((f"{name}: {key[4:]} model", g.assign(last_acc=vals)[vals.notna()]))
     return out
