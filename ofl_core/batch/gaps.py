@@ -3,9 +3,11 @@
 Each entry names one cell of a paper's table (``paper``, ``table``, ``dataset``, ``method``,
 ``alpha``; ``partition``, ``num_clients`` and ``setting`` where the table has several), and
 optionally the ``presets`` it is about (all when left out); ``why`` is the gap's best
-explanation in a sentence or two, ``see`` where its evidence is: one or a list of sections of
-the decisions documents, each ``<file>.md#<anchor>`` relative to ``docs/decisions/`` (an
-``<a id="<anchor>"></a>`` there; a reference to a file or anchor that does not exist is refused).
+explanation in a sentence or two — or, with ``explained: false``, what was tried and what part
+is known while the gap stays open (the report still counts it as not explained); ``see``
+where its evidence is: one or a list of sections of the decisions documents, each
+``<file>.md#<anchor>`` relative to ``docs/decisions/`` (an ``<a id="<anchor>"></a>`` there; a
+reference to a file or anchor that does not exist is refused).
 The scoreboard prints it under each paper-scale entry of that cell that is above or below the
 paper's number, with a link to each section, and says so where a gap has no explanation yet.
 """
@@ -21,7 +23,7 @@ from ..results import alpha_key, paper_results
 from .yamlfile import load_yaml
 
 REQUIRED = ("paper", "table", "dataset", "method", "why")
-OPTIONAL = ("alpha", "partition", "num_clients", "setting", "presets", "see")
+OPTIONAL = ("alpha", "partition", "num_clients", "setting", "presets", "see", "explained")
 #: the decisions documents a gap's ``see`` points into (``<file>.md#<anchor>``)
 DECISIONS_DIR = Path(__file__).resolve().parents[2] / "docs" / "decisions"
 _ANCHOR = re.compile(r'^<a id="([^"]+)"></a>[ \t]*$(?:\s*^#+ (.+)$)?', re.MULTILINE)
@@ -59,6 +61,7 @@ class Gap:
     partition: str | None = None
     num_clients: int | None = None
     setting: str | None = None
+    explained: bool = True  # False: ``why`` says what was tried; the gap is still open
 
     def explains(self, cell: dict, preset: str) -> bool:
         """Whether this is the explanation of ``cell`` (a scoreboard key row) under ``preset``."""
@@ -95,12 +98,16 @@ def _gap(i: int, item: object, where: str) -> Gap:
     if bad:
         raise ValueError(f"{where}: entry {i}: see {bad[0]!r} is not '<file>.md#<anchor>' (a "
                          "section of docs/decisions/, e.g. 'paper-gaps.md#dense-t1-a05-dense')")
+    explained = item.get("explained", True)
+    if not isinstance(explained, bool):
+        raise ValueError(f"{where}: entry {i}: explained must be true or false (false: the "
+                         f"entry says what was tried, the gap stays open), got {explained!r}")
     return Gap(paper=str(item["paper"]), table=str(item["table"]),
                dataset=str(item["dataset"]), method=str(item["method"]),
                akey=alpha_key(item.get("alpha")), why=" ".join(str(item["why"]).split()),
                see=tuple(s.strip() for s in see), presets=tuple(str(p) for p in presets),
                partition=item.get("partition"), num_clients=item.get("num_clients"),
-               setting=item.get("setting"))
+               setting=item.get("setting"), explained=explained)
 
 
 def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list[Gap]:

@@ -313,7 +313,8 @@ def export_rows(ent: pd.DataFrame) -> list[dict]:
             "gap": None if e.paper is None else round(e.last - e.paper, 4),
             "precision": e.precision, "run_ids": ";".join(run for run, _ in e.links),
             "code_versions": ";".join(v for v in e.code_versions if v),
-            "why": e.gap.why if e.gap is not None else ""})
+            "why": "" if e.gap is None else
+                   e.gap.why if e.gap.explained else f"not explained yet; tried: {e.gap.why}"})
     return out
 
 
@@ -370,7 +371,7 @@ def summary(ent: pd.DataFrame) -> Summary:
             paper_scale += 1
             e = next((e for e in at_paper if e.preset == "paper"), at_paper[0])
             verdicts[e.verdict] += 1
-            explained += e.gap is not None
+            explained += e.gap is not None and e.gap.explained
             other += e.verdict != "reproduced" and any(
                 o.verdict == "reproduced" for o in at_paper if o.preset != e.preset)
     return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts,
