@@ -152,7 +152,8 @@ def beyond_table(runs: Iterable[dict]) -> BeyondTable | None:
     df = df[df["set"].isin(set(df.loc[df["method"].isin(later), "set"]))]
     # one measurement per (client set, method, preset): a shipped record made again counts once
     df = df.drop_duplicates(["set", "method", "preset", "setting"], keep="first")
-    settings = df.drop_duplicates("setting_key")
+    settings = df.drop_duplicates("setting_key").sort_values(
+        ["origin", "dataset", "arch", "num_clients", "local_epochs", "akey"], kind="stable")
     keys = list(settings["setting_key"])
     labels = {s["setting_key"]: _label(s) for _, s in settings.iterrows()}
     rows = []
