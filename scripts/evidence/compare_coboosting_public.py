@@ -53,7 +53,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _public_code import export_public_code, print_curves, run_logged
+from _public_code import (
+    common_parser,
+    export_public_code,
+    load_runs,
+    print_curves,
+    run_logged,
+    run_sides,
+)
 
 import ofl_core
 from ofl_core.coboosting.server import CoBoostingConfig
@@ -305,28 +312,14 @@ def run_public(args: argparse.Namespace, out: Path, seed: int) -> dict:
 
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
-    for seed in args.seeds:
-        for side in args.sides:
-            f = out / f"{side}_s{seed}.json"
-            if f.exists():
-                print(f"{f.name}: done")
-                continue
-            torch.set_num_threads(args.threads)
-            row = run_ofl(args, out, seed) if side == "ofl" else run_public(args, out, seed)
-            row.update(side=side, seed=seed, epochs=args.epochs)
-            f.write_text(json.dumps(row, indent=1))
-            print(f"{side} seed {seed}: last {row['curve'][-1]:.2f}, best "
-                  f"{max(row['curve']):.2f}, {row['seconds']:.0f} s")
+    run_sides(args, lambda side, seed: run_ofl(args, out, seed) if side == "ofl"
+              else run_public(args, out, seed),
+              lambda row: f"last {row['curve'][-1]:.2f}, best {max(row['curve']):.2f}, "
+                          f"{row['seconds']:.0f} s")
 
 
 def table(args: argparse.Namespace) -> None:
-    out = Path(args.out)
-    rows = [json.loads(f.read_text()) for f in sorted(out.glob("*_s*.json"))]
-    if not rows:
-        sys.exit(f"no runs in {out}")
-    by = {(r["side"], r["seed"]): r for r in rows}
-    seeds = sorted({r["seed"] for r in rows})
-    sides = [s for s in ("public", "ofl") if any(k[0] == s for k in by)]
+    by, seeds, sides = load_runs(Path(args.out), ("public", "ofl"))
     print_curves(by, seeds, sides, args.every)
     for seed in seeds:
         r = by.get(("ofl", seed))
@@ -337,18 +330,8 @@ def table(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("setup")
-    s.add_argument("--mirror", required=True, help="a bare git copy of rong-dai/Co-Boosting")
-    s.add_argument("--commit", default="b95d715")
-    s.add_argument("--public-dir", required=True)
-    c = sub.add_parser("clients")
-    r = sub.add_parser("run")
-    for p in (c, r):
-        p.add_argument("--public-dir", required=True)
-        p.add_argument("--out", required=True)
-        p.add_argument("--threads", type=int, default=1)
+    ap, sub = common_parser(__doc__, "a bare git copy of rong-dai/Co-Boosting", "b95d715", 5)
+    c, r = sub["clients"], sub["run"]
     c.add_argument("--local-epochs", type=int, default=100)
     c.add_argument("--beta", type=float, default=0.6)
     c.add_argument("--num-users", type=int, default=10)
@@ -357,9 +340,6 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     r.add_argument("--epochs", type=int, default=20)
     r.add_argument("--preset", default="authors_code")
-    t = sub.add_parser("table")
-    t.add_argument("--out", required=True)
-    t.add_argument("--every", type=int, default=5)
     args = ap.parse_args(argv)
     {"setup": setup, "clients": clients, "run": run, "table": table}[args.cmd](args)
 
