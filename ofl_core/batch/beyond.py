@@ -18,7 +18,6 @@ model's cost, said under the table.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from ..registry import METHODS
 from ..results import paper_results
-from .scoreboard import DATASET_NAMES, annotated_frame
+from .scoreboard import DATASET_NAMES, annotated_frame, ensemble_fingerprint
 
 #: the client set's identity, beyond the record's own keys (from the run's parameters)
 RUN_KEYS = ("arch", "local_epochs", "local_options")
@@ -67,8 +66,7 @@ def _frame(runs: Iterable[dict]) -> pd.DataFrame:
                                                                  strict=True)]
     df["data_source"] = df["data_source"].fillna("").astype(str)
     df["client_code"] = df["client_code"].fillna("").astype(str)
-    df["fingerprint"] = df["ensemble_acc"].map(
-        lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}")
+    df["fingerprint"] = ensemble_fingerprint(df)
     return df
 
 

@@ -254,12 +254,17 @@ def boards(ent: pd.DataFrame, unmatched: pd.DataFrame | None = None,
     return out
 
 
+def ensemble_fingerprint(df: pd.DataFrame) -> pd.Series:
+    """The clients' ensemble accuracy as text ("" for none): other clients of the same setting
+    give another ensemble, so records with equal settings, seeds and fingerprints share clients."""
+    return df["ensemble_acc"].map(lambda v: "" if v is None or pd.isna(v) else f"{float(v):.2f}")
+
+
 def clients_key(df: pd.DataFrame) -> pd.Series:
     """Which clients a record was made on, as far as records tell: its column, its seed and
-    its clients' ensemble accuracy (other clients of the same setting give another ensemble)."""
-    ens = df["ensemble_acc"].map(lambda v: "" if v is None or pd.isna(v) else f"{float(v):.2f}")
+    its :func:`ensemble_fingerprint`."""
     return df[COLUMN_KEYS].astype(str).agg("|".join, axis=1) + "|" + df["seed"].astype(str) \
-        + "|" + ens
+        + "|" + ensemble_fingerprint(df)
 
 
 def _extras(unmatched: pd.DataFrame | None, paper: str, table: str,
