@@ -116,8 +116,44 @@ def test_presets_name_the_codes_differences() -> None:
     paper, code = IntactOFLConfig.for_preset("paper"), IntactOFLConfig.for_preset("authors_code")
     assert (paper.steps_per_epoch, paper.epochs, paper.ods_eps) == (20, 40, 8 / 255)
     assert (code.steps_per_epoch, code.epochs, code.ods_eps) == (30, 200, 8.0)
+    assert (paper.pool_rounding, code.pool_rounding) == ("round", "floor")
     with pytest.raises(ValueError, match="topk"):
         IntactOFLConfig(topk=0.0)
+    with pytest.raises(ValueError, match="pool_rounding"):
+        IntactOFLConfig(pool_rounding="ceil")
+
+
+@pytest.mark.parametrize("rounding", ["round", "floor"])
+def test_the_pool_stores_what_the_config_rounds(two_per_client, rounding) -> None:
+    """The run's pool holds the synthetic batch as the config's rounding says: floor(255·x)
+    under ``"floor"`` (the code's ``astype('uint8')``), round(255·x) under ``"round"``."""
+    import ofl_core.intactofl.server as server
+
+    pools: list[ImagePool] = []
+    added: list[torch.Tensor] = []
+
+    class Recording(ImagePool):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            pools.append(self)
+
+        def add(self, batch: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+            added.append(batch.detach().clone())
+            super().add(batch, labels)
+
+    uploads, ctx = two_per_client
+    cfg = method_config("intactofl", epochs=1, steps_per_epoch=1, batch_size=8,
+                        kd_batch_size=8, nz=8, ngf=4, pool_rounding=rounding)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(server, "ImagePool", Recording)
+    try:
+        run_method("intactofl", uploads, cfg, ctx)
+    finally:
+        mp.undo()
+    (pool,), (batch,) = pools, added
+    x = batch.float().clamp(0, 1) * 255
+    want = x.floor() if rounding == "floor" else x.round()
+    assert torch.equal(pool.stored().float(), want)
 
 
 def test_intactofl_end_to_end_above_chance(two_per_client) -> None:

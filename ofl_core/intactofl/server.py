@@ -28,7 +28,7 @@ drops the KD term).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,10 @@ class IntactOFLConfig(SynthesisConfig):
     ``topk`` (fraction of experts kept per sample; 1.0 in the code), ``gate_softmax`` (False:
     the code's raw weights; True normalises them, a reading of the paper's figure);
     ``ods_eps`` (in the experts' normalised units, as the code; ×the normalisation's std in
-    [0, 1] pixels), ``ods_temperature`` = 4; ``sorted_labels`` (the code sorts y)."""
+    [0, 1] pixels), ``ods_temperature`` = 4; ``sorted_labels`` (the code sorts y);
+    ``pool_rounding`` (how the 8-bit pool stores a pixel, the name and values of DENSE's and
+    Co-Boosting's field: ``"round"``, or ⚑ ``"floor"`` as the code's
+    ``(x·255).astype('uint8')`` before it writes the pool's PNGs)."""
 
     epochs: int = 40
     steps_per_epoch: int = 20
@@ -81,6 +84,7 @@ class IntactOFLConfig(SynthesisConfig):
     ods_temperature: float = 4.0
     sorted_labels: bool = True
     pool_uint8: bool = True
+    pool_rounding: Literal["round", "floor"] = "round"
 
     def __post_init__(self) -> None:
         check_distill_config(
@@ -91,14 +95,17 @@ class IntactOFLConfig(SynthesisConfig):
                          "kd_weight_decay", "ods_eps", "gate_clip", "g_clip"))
         if not 0.0 < self.topk <= 1.0:
             raise ValueError(f"IntactOFLConfig.topk must be in (0, 1], got {self.topk}")
+        if self.pool_rounding not in ("round", "floor"):
+            raise ValueError("IntactOFLConfig.pool_rounding must be 'round' or 'floor' "
+                             f"(got {self.pool_rounding!r})")
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: Any) -> IntactOFLConfig:
         """``paper``: the appendix's T_G = 20, 40 epochs, ODS 8/255; ⚑ ``authors_code``: the
-        code's 30 steps, 200 epochs, ODS 8."""
+        code's 30 steps, 200 epochs, ODS 8, the pool floored to 8 bits."""
         check_preset(preset)
-        code = dict(epochs=200, steps_per_epoch=30, ods_eps=8.0) if preset == "authors_code" \
-            else {}
+        code = (dict(epochs=200, steps_per_epoch=30, ods_eps=8.0, pool_rounding="floor")
+                if preset == "authors_code" else {})
         return cls(preset=preset, **{**code, **overrides})
 
 
@@ -211,7 +218,7 @@ def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -
     opt_gate = torch.optim.SGD(gate.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum,
                                weight_decay=cfg.kd_weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt_gate, T_max=max(cfg.epochs, 1))
-    pool = ImagePool(uint8=cfg.pool_uint8, device=dev)
+    pool = ImagePool(uint8=cfg.pool_uint8, device=dev, rounding=cfg.pool_rounding)
     std = (INPUT_NORMS[norm] or (0.0, 1.0))[1]
     log = _Log()
     state = {"generator": gen, "opt_gate": opt_gate, "sched": sched, "pool": pool,
