@@ -166,6 +166,7 @@ class Setup:
             seed=self.cfg.seed if seed is None else seed, device=self.device,
             evaluate=evaluate, progress=self.cfg.progress, cache_dir=self.cache_root,
             checkpoint_every=self.cfg.checkpoint_every, eval_key=self.eval_key,
+            dataset=ds.name,
         )
 
     @functools.cached_property

@@ -178,7 +178,8 @@ def run_rounds(
                             image_size=dataset.image_size, seed=derive_seed(seed, "round", r),
                             device=device, evaluate=evaluate, progress=progress,
                             cache_dir=cache.root if cache is not None else None,
-                            checkpoint_every=checkpoint_every, eval_key=eval_key)
+                            checkpoint_every=checkpoint_every, eval_key=eval_key,
+                            dataset=dataset.name)
         res = server(uploads, ctx, global_state)
         model = res.model
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

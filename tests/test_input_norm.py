@@ -42,8 +42,10 @@ def _upload(model: torch.nn.Module, k: int, norm: str = "half") -> ClientUpload:
 
 def test_the_model_applies_the_named_normalisation_first() -> None:
     x = torch.rand(5, 1, 28, 28, generator=torch.Generator().manual_seed(0))
-    assert INPUT_NORMS == {"none": None, "half": (0.5, 0.5)}
+    assert INPUT_NORMS == {"none": None, "half": (0.5, 0.5), "mnist": (0.1307, 0.3081),
+                           "fmnist": (0.2860, 0.3530)}
     assert torch.equal(normalize_input(x, "half"), (x - 0.5) / 0.5)
+    assert torch.equal(normalize_input(x, "fmnist"), (x - 0.2860) / 0.3530)
     assert normalize_input(x, "none") is x
     for arch in ("cnn_mnist", "lenet", "resnet18"):
         plain, half = _pair(arch)

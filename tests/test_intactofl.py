@@ -169,3 +169,41 @@ def test_intactofl_end_to_end_above_chance(two_per_client) -> None:
     e = res.extras
     assert e["params"] == 3 * e["params_one_expert"] + res.model.gate.linear.weight.numel() + 3
     assert e["flops_per_image"] > 3 * e["flops_one_expert"]
+
+
+def test_the_gate_reads_the_codes_normalisation_of_the_dataset() -> None:
+    """``authors_code``: the gate and the ODS step in the code's per-dataset normalisation
+    (FashionMNIST mean 0.2860, std 0.3530, also for the embedded subset and a resized copy);
+    None keeps the experts' own; an unknown dataset is a clear error."""
+    from ofl_core.intactofl.server import gate_input_norm
+
+    assert IntactOFLConfig.for_preset("authors_code").input_norm == "by_dataset"
+    assert IntactOFLConfig.for_preset("paper").input_norm is None
+    assert gate_input_norm("by_dataset", "none", "fmnist") == "fmnist"
+    assert gate_input_norm("by_dataset", "none", "fmnist_embedded@32") == "fmnist"
+    assert gate_input_norm("by_dataset", "none", "cifar10") == "half"
+    assert gate_input_norm(None, "half", "fmnist") == "half"
+    assert gate_input_norm("mnist", "none", "") == "mnist"
+    with pytest.raises(ValueError, match="ServerContext.dataset"):
+        gate_input_norm("by_dataset", "none", "")
+    with pytest.raises(ValueError, match="input_norm"):
+        IntactOFLConfig(input_norm="zscore")
+    gate = LinearGate(4, 3, 3, False, "fmnist")
+    x = torch.rand(5, 1, 2, 2)
+    want = gate.linear((x - 0.2860).div(0.3530).flatten(1))
+    assert torch.allclose(gate(x), want, atol=1e-6)
+
+
+def test_authors_code_gate_on_raw_experts_uses_the_codes_normalisation(two_per_client) -> None:
+    """On raw-input experts, ``by_dataset`` builds the gate in FashionMNIST's normalisation
+    and the result says which normalisation the experts and the gate read."""
+    from dataclasses import replace
+
+    uploads, ctx = two_per_client
+    cfg = method_config("intactofl", preset="authors_code", epochs=1, steps_per_epoch=1,
+                        batch_size=8, kd_batch_size=8, nz=8, ngf=4)
+    res = run_method("intactofl", uploads, cfg, replace(ctx, dataset="fmnist_embedded"))
+    assert res.model.gate.input_norm == "fmnist"
+    assert res.extras["input_norm"] == {"experts": "none", "gate": "fmnist"}
+    with pytest.raises(ValueError, match="ServerContext.dataset"):
+        run_method("intactofl", uploads, cfg, replace(ctx, dataset=""))

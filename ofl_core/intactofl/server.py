@@ -43,11 +43,38 @@ from ..distill.loop import DistillRun, EvalCurve
 from ..distill.losses import diversify, kd_loss, kl_per_sample
 from ..distill.pool import ImagePool, keep_lowest
 from ..distill.teachers import TeacherBank
-from ..models.base import INPUT_NORMS, normalize_input
+from ..models.base import INPUT_NORMS, check_input_norm, normalize_input
 from ..presets import check_preset
 from ..seeds import derive_seed
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..uploads import ClientUpload, build_from_upload
+
+#: ``IntactOFLConfig.input_norm``'s value for the code's convention of the context's dataset
+BY_DATASET = "by_dataset"
+
+#: The code's input normalisation per dataset (``dataset_helper.NORMALIZE_DICT``) as names of
+#: :data:`~ofl_core.models.base.INPUT_NORMS`; CIFAR-100's per-channel statistics are not held.
+CODE_INPUT_NORMS: dict[str, str] = {"mnist": "mnist", "fmnist": "fmnist",
+                                    "fmnist_embedded": "fmnist", "cifar10": "half",
+                                    "svhn": "half", "tinyimagenet": "half"}
+
+
+def gate_input_norm(cfg_norm: str | None, experts_norm: str, dataset: str) -> str:
+    """The normalisation the gate reads in: the config's name, the experts' own (None), or
+    the code's for ``dataset`` (``"by_dataset"``; a resized ``"fmnist@32"`` is FMNIST's)."""
+    if cfg_norm is None:
+        return experts_norm
+    if cfg_norm != BY_DATASET:
+        return cfg_norm
+    base = dataset.split("@")[0]
+    if base not in CODE_INPUT_NORMS:
+        known = ", ".join(sorted(CODE_INPUT_NORMS))
+        raise ValueError(
+            f"IntactOFL: input_norm={BY_DATASET!r} takes the code's normalisation of the "
+            f"context's dataset, but ServerContext.dataset is {dataset!r} (known: {known}); "
+            "set ServerContext(dataset=...) or name the normalisation "
+            "(IntactOFLConfig(input_norm='none' | 'half' | 'mnist' | 'fmnist'))")
+    return CODE_INPUT_NORMS[base]
 
 
 @dataclass(frozen=True)
@@ -64,7 +91,11 @@ class IntactOFLConfig(SynthesisConfig):
     [0, 1] pixels), ``ods_temperature`` = 4; ``sorted_labels`` (the code sorts y);
     ``pool_rounding`` (how the 8-bit pool stores a pixel, the name and values of DENSE's and
     Co-Boosting's field: ``"round"``, or ⚑ ``"floor"`` as the code's
-    ``(x·255).astype('uint8')`` before it writes the pool's PNGs)."""
+    ``(x·255).astype('uint8')`` before it writes the pool's PNGs); ``input_norm``, the
+    normalisation the gate reads its input in and the unit of ``ods_eps``: None = the
+    experts' own (what they were trained on), a name of
+    :data:`~ofl_core.models.base.INPUT_NORMS`, or ⚑ ``"by_dataset"``: the code's convention
+    for the context's dataset (:data:`CODE_INPUT_NORMS`; FashionMNIST mean 0.2860, std 0.3530)."""
 
     epochs: int = 40
     steps_per_epoch: int = 20
@@ -85,6 +116,7 @@ class IntactOFLConfig(SynthesisConfig):
     sorted_labels: bool = True
     pool_uint8: bool = True
     pool_rounding: Literal["round", "floor"] = "round"
+    input_norm: str | None = None
 
     def __post_init__(self) -> None:
         check_distill_config(
@@ -98,14 +130,18 @@ class IntactOFLConfig(SynthesisConfig):
         if self.pool_rounding not in ("round", "floor"):
             raise ValueError("IntactOFLConfig.pool_rounding must be 'round' or 'floor' "
                              f"(got {self.pool_rounding!r})")
+        if self.input_norm is not None and self.input_norm != BY_DATASET:
+            check_input_norm(self.input_norm,
+                             f"IntactOFLConfig.input_norm (or None, or {BY_DATASET!r})")
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: Any) -> IntactOFLConfig:
         """``paper``: the appendix's T_G = 20, 40 epochs, ODS 8/255; ⚑ ``authors_code``: the
-        code's 30 steps, 200 epochs, ODS 8, the pool floored to 8 bits."""
+        code's 30 steps, 200 epochs, ODS 8, the pool floored to 8 bits, the gate and the ODS
+        step in the code's normalisation of the dataset."""
         check_preset(preset)
-        code = (dict(epochs=200, steps_per_epoch=30, ods_eps=8.0, pool_rounding="floor")
-                if preset == "authors_code" else {})
+        code = (dict(epochs=200, steps_per_epoch=30, ods_eps=8.0, pool_rounding="floor",
+                     input_norm=BY_DATASET) if preset == "authors_code" else {})
         return cls(preset=preset, **{**code, **overrides})
 
 
@@ -201,7 +237,8 @@ def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -
     if len(norms) > 1:
         raise ValueError(f"IntactOFL: the gate reads the experts' normalised input, but the "
                          f"uploads name different input normalisations {sorted(norms)}")
-    norm = norms.pop()
+    experts_norm = norms.pop()
+    norm = gate_input_norm(cfg.input_norm, experts_norm, ctx.dataset)
     m = len(uploads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(ctx.seed, "intactofl-gate"))
@@ -213,7 +250,8 @@ def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -
                       rng=rng, device=dev, amp=autocast_context(dev, cfg.amp),
                       tracker=EvalCurve(ctx.evaluate, cfg.epochs, cfg.eval_every),
                       epochs_total=cfg.epochs, progress=ctx.progress, unfuse=lambda: None,
-                      checkpoint=server_checkpoint(ctx, "intactofl", uploads, cfg, cfg.epochs))
+                      checkpoint=server_checkpoint(ctx, "intactofl", uploads, cfg, cfg.epochs,
+                                                  gate_norm=norm))
     gen = build_generator(cfg.nz, cfg.ngf, ctx.image_size, ctx.in_channels, rng, dev).train()
     opt_gate = torch.optim.SGD(gate.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum,
                                weight_decay=cfg.kd_weight_decay)
@@ -229,7 +267,7 @@ def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -
         log.last_x, log.last_y = x, y
         gate_stage(moe, pool, opt_gate, cfg, cfg.ods_eps * std, rng, log)
         sched.step()
-    extras = {"pool_size": len(pool), "input_norm": norm,
+    extras = {"pool_size": len(pool), "input_norm": {"experts": experts_norm, "gate": norm},
               "generator_loss": torch.stack(log.g_losses).tolist() if log.g_losses else [],
               "gate_loss": torch.stack(log.gate_losses).tolist() if log.gate_losses else [],
               **deployed_cost(moe, torch.zeros(1, ctx.in_channels, ctx.image_size,
@@ -301,5 +339,5 @@ SPEC = MethodSpec(
     recorded=("params", "params_one_expert", "flops_per_image", "flops_one_expert"),
 )
 
-__all__ = ["SPEC", "GatedMixture", "IntactOFLConfig", "LinearGate", "deployed_cost",
-           "gate_loss", "generator_loss", "run"]
+__all__ = ["BY_DATASET", "CODE_INPUT_NORMS", "SPEC", "GatedMixture", "IntactOFLConfig",
+           "LinearGate", "deployed_cost", "gate_input_norm", "gate_loss", "generator_loss", "run"]

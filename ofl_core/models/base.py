@@ -11,9 +11,12 @@ VALID_IMAGE_SIZES: tuple[int, ...] = (28, 32, 64)
 #: The named input normalisations a classifier may apply to its [0, 1] input before its first
 #: layer, name -> (mean, std) of ``(x − mean) / std`` (the same for every channel), None = the
 #: raw [0, 1] pixels. ``"half"``: mean 0.5, std 0.5 (inputs in [−1, 1]), Co-Boosting's code for
-#: every dataset (``registry.NORMALIZE_DICT``). One name for the concept in every config:
-#: ``input_norm`` (:class:`~ofl_core.clients.LocalTrainConfig`, the server configs that set it).
-INPUT_NORMS: dict[str, tuple[float, float] | None] = {"none": None, "half": (0.5, 0.5)}
+#: every dataset (``registry.NORMALIZE_DICT``); ``"mnist"`` and ``"fmnist"``: the datasets' usual
+#: mean and std, IntactOFL's code (``dataset_helper.NORMALIZE_DICT``). One name for the concept
+#: in every config: ``input_norm`` (:class:`~ofl_core.clients.LocalTrainConfig`, the server
+#: configs that set it).
+INPUT_NORMS: dict[str, tuple[float, float] | None] = {
+    "none": None, "half": (0.5, 0.5), "mnist": (0.1307, 0.3081), "fmnist": (0.2860, 0.3530)}
 
 
 def check_input_norm(name: object, what: str = "input_norm") -> str:

@@ -27,7 +27,9 @@ class ServerContext:
     ``checkpoint_every``-th epoch and after the last one, and resumes from it when run again;
     off without a ``cache_dir`` or with ``checkpoint_every=0``. ``eval_key`` names what
     ``evaluate`` measures (e.g. the test set's name and content hash): it is part of the
-    checkpoint's key, since the stored test curve depends on it.
+    checkpoint's key, since the stored test curve depends on it. ``dataset``: the task's
+    dataset name (``ImageDataset.name``, e.g. ``"fmnist"`` or ``"fmnist@32"``; ``""`` when not
+    known), for a method whose authors' code picks a convention per dataset.
     """
 
     num_classes: int
@@ -40,6 +42,7 @@ class ServerContext:
     cache_dir: str | os.PathLike | None = None
     checkpoint_every: int = 5
     eval_key: str = ""
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         v = self.checkpoint_every

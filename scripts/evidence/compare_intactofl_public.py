@@ -291,7 +291,8 @@ KEY_MAP = {"conv1.": "conv.0.", "conv2.": "conv.3.", "fc1.": "hidden.0.", "fc2."
 
 
 def register_norm() -> None:
-    """ofl's name for the code's FashionMNIST normalisation, in this process only."""
+    """Check that ofl's ``"fmnist"`` normalisation is the code's (library entry since
+    ``INPUT_NORMS`` holds it; registered here in this process on an older library)."""
     if INPUT_NORMS.setdefault(NORM, CODE_NORM) != CODE_NORM:
         sys.exit(f"ofl defines input_norm {NORM!r} as {INPUT_NORMS[NORM]}, not {CODE_NORM}")
 
@@ -409,7 +410,7 @@ def run_ofl(args: argparse.Namespace, out: Path, seed: int, preset: str) -> dict
         return acc
 
     ctx = ServerContext(num_classes=10, in_channels=1, image_size=28, seed=seed,
-                        evaluate=evaluate, progress=False)
+                        evaluate=evaluate, progress=False, dataset="fmnist")
     t0 = time.perf_counter()
     res = run_method("intactofl", uploads, cfg, ctx)
     keep = ("pool_size", "input_norm", "gate_loss", "generator_loss", "params",
