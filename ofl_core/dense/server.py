@@ -35,10 +35,11 @@ from ..distill.generator import (
     sample_latents,
 )
 from ..distill.kernels import autocast_context
-from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run, teacher_output
 from ..distill.losses import boundary_support_loss
 from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
 from ..distill.stratification import Stratification
+from ..distill.targets import PoolTargets, cacheable
 from ..distill.teachers import TeacherBank
 from ..precision import resolve_amp
 from ..presets import check_preset
@@ -228,14 +229,30 @@ class Distiller:
         self.bank, self.student, self.opt, self.t = bank, student, opt, temperature
         self.augment, self.rng, self.teacher = augment, rng, teacher
         self.amp = autocast_context(device, amp)
+        self.targets: PoolTargets | None = None
+
+    def to_input(self, xb: torch.Tensor) -> torch.Tensor:
+        return xb.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else xb
 
     def step(self, xb: torch.Tensor) -> torch.Tensor:
         """Augment ``xb`` (KD-time augmentation), then one SGD step on L_dis (Eq. 6)."""
-        xb = augment_batch(xb, self.augment, self.rng)
-        if self.bank.channels_last:
-            xb = xb.contiguous(memory_format=torch.channels_last)
+        xb = self.to_input(augment_batch(xb, self.augment, self.rng))
         return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp,
                                 self.teacher)
+
+    def pool_pass(self, pool: ImagePool, batch_size: int) -> list[torch.Tensor]:
+        """One shuffled pass over the pool, a :meth:`step` per batch; the teachers' targets of
+        the pool's images are kept across passes where the augmentation allows
+        (:mod:`~ofl_core.distill.targets`: the same steps, the teachers run once an image)."""
+        if self.targets is None and cacheable(self.augment):
+            self.targets = PoolTargets(
+                lambda x: teacher_output(self.bank, self.to_input(x), self.amp, self.teacher),
+                self.augment, batch_size)
+        if self.targets is None:
+            return [self.step(xb) for xb in pool.batches(batch_size, self.rng)]
+        return [ensemble_kd_step(self.bank, self.student, self.opt, self.to_input(xb), self.t,
+                                 self.amp, target=t)
+                for xb, t in self.targets.batches(pool, batch_size, self.rng)]
 
 
 def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> ServerResult:
@@ -287,7 +304,7 @@ def generation_stage(synth: DenseSynthesizer, z: torch.Tensor, y: torch.Tensor,
 
 def distillation_stage(distiller: Distiller, synth: DenseSynthesizer, pool: ImagePool | None,
                        best_x: torch.Tensor | None, z: torch.Tensor, y: torch.Tensor,
-                       cfg: DenseConfig, rng: torch.Generator, log: DenseLog) -> None:
+                       cfg: DenseConfig, log: DenseLog) -> None:
     """Alg. 1 lines 12–14: SGD steps of the student on L_dis (Eq. 6). ``kd_data="pool"``: the
     best batch joins the pool, then one shuffled pass over it; ``"fresh"``: one step on G(z)."""
     synth.student.requires_grad_(True)
@@ -295,7 +312,7 @@ def distillation_stage(distiller: Distiller, synth: DenseSynthesizer, pool: Imag
     if pool is not None:
         pool.add(best_x)
         log.last_x, log.last_y = best_x, y
-        ep_losses = [distiller.step(xb) for xb in pool.batches(cfg.kd_batch_size, rng)]
+        ep_losses = distiller.pool_pass(pool, cfg.kd_batch_size)
     else:
         with torch.no_grad(), synth.amp:
             x_kd = generator_forward(synth.gen, z.detach(), cfg.fast_generator).float()
@@ -334,7 +351,7 @@ def run_dense(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext,
         z, y = sample_latents(cfg, ctx.num_classes, rng, dev)
         best_x = generation_stage(synth, z, y, opt_g, cfg, epoch, log, pool is not None)
         t1 = time.perf_counter()
-        distillation_stage(distiller, synth, pool, best_x, z, y, cfg, rng, log)
+        distillation_stage(distiller, synth, pool, best_x, z, y, cfg, log)
         log.t_gen += t1 - t0
         log.t_kd += time.perf_counter() - t1
     return run_.result(cfg.method_name, cfg.preset, dense_extras(run_, cfg, pool, log),

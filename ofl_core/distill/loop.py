@@ -31,6 +31,7 @@ from ..uploads import build_from_upload
 from .kernels import autocast_context, fuse_relu_maxpool
 from .losses import kd_loss
 from .pool import ImagePool
+from .targets import PoolTargets
 from .teachers import TeacherBank
 
 T = TypeVar("T")
@@ -260,16 +261,25 @@ def as_floats(values: list[torch.Tensor]) -> list[float]:
     return torch.stack(values).tolist() if values else []
 
 
-def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
-                     xb: torch.Tensor, temperature: float, amp: torch.autocast,
-                     teacher: Callable[[torch.Tensor], torch.Tensor] | None = None
-                     ) -> torch.Tensor:
-    """One SGD step of the student on L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6) on the
-    batch ``xb`` (in the teachers' memory format), the teachers under ``no_grad``; returns the
-    detached loss. ``teacher``: maps the clients' logits (m, B, C) to the teacher's (B, C)
+def teacher_output(bank: TeacherBank, xb: torch.Tensor, amp: torch.autocast,
+                   teacher: Callable[[torch.Tensor], torch.Tensor] | None = None
+                   ) -> torch.Tensor:
+    """The distillation target of the batch ``xb`` (in the teachers' memory format), under
+    ``no_grad``: ``teacher`` maps the clients' logits (m, B, C) to the teacher's (B, C)
     (:func:`~ofl_core.distill.combiners.combine_teachers`); None = D, the mean of logits."""
     with torch.no_grad(), amp:
-        t_out = bank(xb) if teacher is None else teacher(bank.logits(xb))
+        return bank(xb) if teacher is None else teacher(bank.logits(xb))
+
+
+def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Optimizer,
+                     xb: torch.Tensor, temperature: float, amp: torch.autocast,
+                     teacher: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                     target: torch.Tensor | None = None) -> torch.Tensor:
+    """One SGD step of the student on L_dis = KL(σ(D/T) ‖ σ(S/T))·T² (DENSE Eq. 6) on the
+    batch ``xb`` (in the teachers' memory format); returns the detached loss. The target is
+    :func:`teacher_output`, or ``target`` when given (kept from an earlier pass:
+    :class:`~ofl_core.distill.targets.PoolTargets`)."""
+    t_out = teacher_output(bank, xb, amp, teacher) if target is None else target
     with amp:
         s_out = student(xb)
     loss = kd_loss(s_out, t_out, temperature)
@@ -279,12 +289,28 @@ def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Opt
     return loss.detach()
 
 
+def pool_targets(run_: DistillRun, augment: str, chunk: int,
+                 teacher: Callable[[torch.Tensor], torch.Tensor] | None = None) -> PoolTargets:
+    """The run's teachers' targets of a pool's images, kept as they join (``chunk`` at a
+    time; the KD batch size, so that they are computed as a pass would compute them)."""
+    return PoolTargets(lambda x: teacher_output(run_.bank, run_.to_input(x), run_.amp, teacher),
+                       augment, chunk)
+
+
 def distil_pool(run_: DistillRun, pool: ImagePool, opt_s: torch.optim.Optimizer,
-                kd_batch_size: int, temperature: float) -> torch.Tensor:
+                kd_batch_size: int, temperature: float,
+                targets: PoolTargets | None = None) -> torch.Tensor:
     """One shuffled pass over the pool, one SGD step of the student on L_dis (DENSE Eq. 6)
-    per batch of ``kd_batch_size``; returns the mean KD loss (Fed-ADI, Fed-DAFL's ``"pool"``)."""
+    per batch of ``kd_batch_size``; returns the mean KD loss (Fed-ADI, Fed-DAFL's ``"pool"``).
+    ``targets`` (:func:`pool_targets`, made once per run): the teachers' outputs kept from
+    earlier passes, the same batches and steps without running the teachers again."""
     student = run_.student
     student.train().requires_grad_(True)
-    ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
-                           run_.amp) for xb in pool.batches(kd_batch_size, run_.rng)]
+    if targets is not None:
+        ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
+                               run_.amp, target=t)
+              for xb, t in targets.batches(pool, kd_batch_size, run_.rng)]
+    else:
+        ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
+                               run_.amp) for xb in pool.batches(kd_batch_size, run_.rng)]
     return torch.stack(ep).mean()

@@ -103,14 +103,24 @@ class ImagePool:
                          ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
         """One pass as :meth:`batches` (the same order for the same generator state), each
         batch with its labels (None when ``labels=False``)."""
-        data = self.stored()
         y = self.labels() if labels else None
+        for idx in self.index_batches(batch_size, generator, shuffle):
+            yield self.images(idx), (y[idx] if y is not None else None)
+
+    def index_batches(self, batch_size: int, generator: torch.Generator | None = None,
+                      shuffle: bool = True) -> Iterator[torch.Tensor]:
+        """The pool indices of one pass's batches, in :meth:`batches`' order (one permutation
+        drawn from ``generator`` when the pass starts)."""
+        data = self.stored()
         n = len(data)
         order = (torch.randperm(n, generator=generator) if shuffle else torch.arange(n))
         order = order.to(data.device)
         for i in range(0, n, batch_size):
-            idx = order[i : i + batch_size]
-            yield self._to_float(data[idx]), (y[idx] if y is not None else None)
+            yield order[i : i + batch_size]
+
+    def images(self, idx: torch.Tensor) -> torch.Tensor:
+        """The images at pool indices ``idx`` as a float tensor in [0, 1]."""
+        return self._to_float(self.stored()[idx])
 
     def num_steps(self, batch_size: int) -> int:
         return math.ceil(self._n / batch_size)

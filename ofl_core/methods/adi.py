@@ -17,7 +17,14 @@ import torch.nn.functional as F
 
 from ..checkpoint import Attrs
 from ..distill.config import DistillConfig, check_distill_config
-from ..distill.loop import DistillRun, SynthesisLog, as_floats, distil_pool, open_run
+from ..distill.loop import (
+    DistillRun,
+    SynthesisLog,
+    as_floats,
+    distil_pool,
+    open_run,
+    pool_targets,
+)
 from ..distill.losses import adi_competition_loss, total_variation_l1
 from ..distill.pool import ImagePool, jitter_flip, keep_lowest
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
@@ -107,6 +114,7 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
     run_ = open_run(uploads, cfg, ctx, "Fed-ADI", "fed-adi")
     opt_s = torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     pool = ImagePool(uint8=cfg.pool_uint8, device=run_.device)
+    targets = pool_targets(run_, "none", cfg.kd_batch_size)
     log = SynthesisLog()
     state = {"opt_s": opt_s, "pool": pool, "log": Attrs.of(log, run_.device)}
     for _epoch in run_.epochs(state):
@@ -115,7 +123,7 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
         log.synth_losses.append(best_loss)
         pool.add(log.x)
         log.kd_losses.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size,
-                                          cfg.kd_temperature))
+                                          cfg.kd_temperature, targets))
     extras = {"pool_size": len(pool), "inversion_loss": as_floats(log.synth_losses),
               "kd_loss": as_floats(log.kd_losses)}
     return run_.result(cfg.method_name, cfg.preset, extras, samples=(log.x, log.y),

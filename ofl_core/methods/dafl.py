@@ -24,7 +24,7 @@ from ..checkpoint import Attrs
 from ..devices import to_device
 from ..distill.config import GeneratorConfig, check_distill_config
 from ..distill.generator import build_generator, generator_forward
-from ..distill.loop import SynthesisLog, as_floats, distil_pool, open_run
+from ..distill.loop import SynthesisLog, as_floats, distil_pool, open_run, pool_targets
 from ..distill.losses import (
     dafl_activation_loss,
     dafl_information_entropy_loss,
@@ -87,6 +87,7 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     log = SynthesisLog()
     pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
+    targets = pool_targets(run_, "none", cfg.kd_batch_size) if pool is not None else None
     state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev),
              **({"pool": pool} if pool is not None else {})}
     student.train()
@@ -118,7 +119,8 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
             ep_kd.append(loss_s.detach())
         if pool is not None and best_x is not None:
             pool.add(best_x)
-            ep_kd.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size, cfg.kd_temperature))
+            ep_kd.append(distil_pool(run_, pool, opt_s, cfg.kd_batch_size, cfg.kd_temperature,
+                                     targets))
         if ep_g:
             log.synth_losses.append(torch.stack(ep_g).mean())
             log.kd_losses.append(torch.stack(ep_kd).mean())

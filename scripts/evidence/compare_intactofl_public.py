@@ -56,10 +56,11 @@ uniform ensemble) are printed side by side. Subcommands:
     epoch (mean over seeds), the best, the seconds per epoch, the ensemble's accuracy; the
     gate-loss curves.
 
-ofl has no input normalisation with FashionMNIST's mean and std (``INPUT_NORMS``: ``"none"``,
-``"half"``); this script registers one, ``"fmnist"`` = (0.2860, 0.3530), for its own process
-only, so that ofl's experts, gate and ODS step see what the code's do (ofl's ``authors_code``
-converts the ODS step 8 to [0, 1] pixels with that std).
+The code's FashionMNIST normalisation is ofl's ``input_norm="fmnist"`` (mean 0.2860, std 0.3530;
+the script checks the library's entry, and registers it for its own process on a library that
+predates it), so ofl's experts, gate and ODS step see what the code's do (``authors_code``: the
+gate in the code's normalisation of the dataset, the ODS step 8 converted to [0, 1] pixels with
+that std, the 8-bit pool floored as the code's ``astype('uint8')``).
 
 Commands (one thread each, one heavy process at a time; PUBLIC and OUT outside the checkout):
 
