@@ -271,7 +271,7 @@ def run_one(setup: Setup, name: str, config: Any) -> tuple[ResultRecord, ServerR
     ctx = setup.context()
     t0 = time.perf_counter()
     res = run_method(name, setup.uploads_for(name, config), config, ctx)
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 + float(res.extras.get("time_resumed_s", 0.0))
     if res.last_acc is None:
         res.last_acc = ctx.evaluate(res.model)
     if res.best_acc is None:

@@ -44,6 +44,9 @@ class ResultRecord:
     last_acc: float
     best_acc: float
     ensemble_acc: float
+    #: the server's wall seconds: this call's, plus the epochs that earlier, interrupted parts
+    #: of the same run had done (kept in its checkpoint), so a resumed run's record holds its
+    #: whole cost
     wall_time_s: float
     config_hash: str
     version: str

@@ -144,6 +144,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(two_per_client, tmp_path, res
     assert resumes == [0, 2]
     assert not stratified  # taken from the checkpoint (the first run computed it)
     assert_same_result(res, ref)
+    # the first part's two epochs are kept as its cost: the record's wall time adds them
+    assert ref.extras["time_resumed_s"] == 0 and res.extras["time_resumed_s"] > 0
     assert saved_epoch(path) == 4  # the final state is kept: a rerun returns at once
     again = run_method(name, uploads, cfg, ck)
     assert resumes[-1] == 4

@@ -15,6 +15,7 @@ the methods share.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -104,6 +105,21 @@ class EvalCurve:
         return max(self.curve) if self.curve else None
 
 
+class EpochClock:
+    """The wall seconds of a server's epochs (their evaluation included), kept in its
+    checkpoint: ``resumed`` is what the earlier, interrupted parts of a resumed run spent."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.resumed = 0.0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.seconds = self.resumed = float(state["seconds"])
+
+
 def image_grid(x: torch.Tensor, labels: torch.Tensor | None, n: int = 64
                ) -> tuple[torch.Tensor, list[int] | None]:
     """Up to ``n`` images (float CPU, [0, 1]) ordered by label, for display."""
@@ -134,6 +150,7 @@ class DistillRun:
     student_loaded: bool = False
     finished: bool = False
     checkpoint: ServerCheckpoint | None = None
+    clock: EpochClock = field(default_factory=EpochClock)
 
     def to_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` in the teachers' memory format (channels-last when the bank is)."""
@@ -147,16 +164,19 @@ class DistillRun:
         and the curve; with a checkpoint, the loop first resumes from it (skipping the epochs
         it had done)."""
         pieces = {"student": self.student, "rng": RNG(self.rng),
-                  "torch_rng": GlobalRNG(self.device), "curve": self.tracker, **(state or {})}
+                  "torch_rng": GlobalRNG(self.device), "curve": self.tracker,
+                  "clock": self.clock, **(state or {})}
         ckpt = self.checkpoint
         start = ckpt.resume(pieces) if ckpt is not None else 0
         bar = progress_bar(range(start, self.epochs_total), desc=self.name, show=self.progress,
                            initial=start, total=self.epochs_total)
         for epoch in bar:
+            t0 = time.perf_counter()
             yield epoch
             acc = self.tracker(epoch, self.student)
             if acc is not None:
                 bar.set_postfix(acc=f"{acc:.2f}")
+            self.clock.seconds += time.perf_counter() - t0
             if ckpt is not None:
                 ckpt.save_due(epoch + 1, pieces)
         bar.close()
@@ -191,7 +211,8 @@ class DistillRun:
         None for methods without synthetic images."""
         self.finish()
         out = {"student_arch": self.student_arch, "teachers_batched": self.bank.batched,
-               "curve_epochs": self.tracker.epochs_done, **extras}
+               "curve_epochs": self.tracker.epochs_done,
+               "time_resumed_s": round(self.clock.resumed, 3), **extras}
         images = None
         if samples is not None:
             x, y = samples
