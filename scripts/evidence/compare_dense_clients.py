@@ -28,12 +28,13 @@ NLL, per-class accuracy, BN running statistics, FedAvg of the set. Sides:
 Subcommands::
 
     python scripts/evidence/compare_dense_clients.py train --beta 0.1 --seeds 1 2 3 \\
-        --sides public ofl-bf16 ofl-fp32 --public-dir /work/scratch/dense
+        --sides public ofl-bf16 ofl-fp32 --public-dir PUBLIC --states STATES
     python scripts/evidence/compare_dense_clients.py table [--out results/dense_public/clients]
 
 ``train`` runs every missing (seed, side) row, one at a time (a finished row is skipped, so an
 interrupted run resumes); rows go to ``OUT/b<β>/<side>_s<seed>.json``, the client state dicts
-(ofl's key names) to ``--states`` (outside the repository). Run from the checkout with
+(ofl's key names) to ``--states`` (outside the repository; ``PUBLIC``: the copy of DENSE's
+public code that ``scripts/evidence/setup_dense_public.py`` makes). Run from the checkout with
 ``PYTHONPATH=.`` and one thread (``OMP_NUM_THREADS=1``).
 """
 
@@ -373,7 +374,7 @@ def cmd_table(args: argparse.Namespace) -> None:
                   f"{ms([statistics.mean(r['bn']['conv.1']['mismatch_logvar']) for r in rs], 3)} | "  # noqa: E501
                   f"{ms([statistics.mean(r['bn']['conv.5']['mismatch_logvar']) for r in rs], 3)} | "  # noqa: E501
                   f"{ms([r['bn']['conv.5']['across_clients_sd_var'] for r in rs], 3)} |")
-        for line in identity_lines(args.states, bdir.name[1:], sides):
+        for line in identity_lines(args.states, bdir.name[1:], sides) if args.states else []:
             print(line)
 
 
@@ -474,8 +475,9 @@ def main() -> None:
     for name in ("train", "table", "analyse"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=Path("results/dense_public/clients"))
-        p.add_argument("--states", type=Path, default=Path("/work/scratch/dense/clients"),
-                       help="where the client state dicts go (outside the repository)")
+        p.add_argument("--states", type=Path, required=name != "table",
+                       help="where the client state dicts go (outside the repository; "
+                            "table: compare them bit for bit when given)")
         if name == "table":
             continue
         p.add_argument("--beta", type=float, required=True)
@@ -484,7 +486,8 @@ def main() -> None:
             continue
         p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
         p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES[:3]))
-        p.add_argument("--public-dir", type=Path, default=Path("/work/scratch/dense"))
+        p.add_argument("--public-dir", type=Path, required=True,
+                       help="local copy of DENSE's public code: code/ and run_public.py")
         p.add_argument("--epochs", type=int, default=20)
     args = ap.parse_args()
     if args.cmd == "table":

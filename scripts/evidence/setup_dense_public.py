@@ -12,7 +12,7 @@ modules. The algorithm is unchanged. Get the checkout with git::
 
 (or ``git --git-dir=<a bare mirror> archive 237c5dd | tar -x -C /tmp/DENSE``), then::
 
-    python scripts/evidence/setup_dense_public.py --checkout /tmp/DENSE --out /work/scratch/dense
+    python scripts/evidence/setup_dense_public.py --checkout /tmp/DENSE --out PUBLIC
 
 which writes ``OUT/code/`` (the patched code), ``OUT/shims/`` (no-op ``wandb`` and ``ipdb``
 modules) and ``OUT/run_public.py``, the launcher::
