@@ -1,12 +1,14 @@
 """Kept distillation targets (ofl_core.distill.targets): the same random draws as the pass they
 replace, the teachers' outputs of each pool image, and whole runs (DENSE under both presets,
-Fed-ADI) bit for bit equal to the runs that ask the teachers again in every pass."""
+Fed-ADI, Co-Boosting's weight step) bit for bit equal to the runs that ask the teachers again in
+every pass."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import ofl_core.coboosting.server as coboosting_server
 import ofl_core.dense.server as dense_server
 import ofl_core.methods.adi as adi
 from ofl_core.distill.pool import ImagePool, augment_batch
@@ -48,7 +50,7 @@ def test_targets_are_the_teachers_outputs_of_each_image_and_its_mirror() -> None
         got = list(kept.batches(pool, 5, g1))
         want = [augment_batch(xb, "flip", g2) for xb in pool.batches(5, g2)]
         assert len(kept) == len(pool) and len(got) == len(want)
-        for (x, t), wx in zip(got, want, strict=True):
+        for (x, t, _), wx in zip(got, want, strict=True):
             assert torch.equal(x, wx)
             assert torch.allclose(t, target(x), atol=1e-5)
     smaller = ImagePool()
@@ -111,3 +113,19 @@ def test_fed_adi_with_kept_targets_is_the_run_without(two_per_client, monkeypatc
     monkeypatch.setattr(adi, "pool_targets", lambda *a, **k: None)
     asked = run_method("fed-adi", uploads, cfg, ctx)
     _same_run(kept, asked)
+
+
+@pytest.mark.parametrize("preset", ["paper", "authors_code"])
+def test_coboosting_with_kept_logits_is_the_run_without(two_per_client, preset,
+                                                        monkeypatch) -> None:
+    """Co-Boosting's weight step reads the teachers' kept logits of the pool: the same ensemble
+    weights, student and curve as asking the teachers in every pass."""
+    uploads, ctx = two_per_client
+    cfg = method_config("coboosting", preset=preset, epochs=4, steps_per_epoch=2,
+                        batch_size=64, kd_batch_size=64, nz=16, ngf=8)
+    kept = run_method("coboosting", uploads, cfg, ctx)
+    monkeypatch.setattr(coboosting_server, "cacheable", lambda augment: False)
+    asked = run_method("coboosting", uploads, cfg, ctx)
+    _same_run(kept, asked)
+    assert kept.extras["ensemble_weights_per_epoch"] == asked.extras["ensemble_weights_per_epoch"]
+    assert kept.extras["weight_loss"] == asked.extras["weight_loss"]

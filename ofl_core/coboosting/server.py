@@ -40,6 +40,7 @@ from ..distill.generator import (
 from ..distill.loop import DistillRun, as_floats, open_run
 from ..distill.losses import kd_loss
 from ..distill.pool import ImagePool, augment_batch
+from ..distill.targets import PoolTargets, cacheable
 from ..models import check_input_norm
 from ..presets import check_preset
 from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
@@ -158,6 +159,7 @@ class CoBoost:
     times: dict[str, float] = field(default_factory=lambda: {"gen": 0.0, "w": 0.0, "kd": 0.0})
     last_x: torch.Tensor | None = None
     last_y: torch.Tensor | None = None
+    targets: PoolTargets | None = None
 
     def checkpoint_state(self, g_opt: GeneratorOptimizer, sched: LRScheduler | None
                          ) -> dict[str, Stateful]:
@@ -178,6 +180,26 @@ class CoBoost:
         for xb, yb in self.pool.labelled_batches(self.cfg.kd_batch_size, self.run.rng,
                                                  labels=labels):
             yield augment_batch(xb, self.augment, self.run.rng), yb
+
+    def clients_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The teachers' logits (m, B, C) of [0, 1] images ``x``, without gradients."""
+        with torch.no_grad(), self.run.amp:
+            return self.run.bank.logits(self.run.to_input(x)).float()
+
+    def weight_batches(self):
+        """One pass of :meth:`pool_batches` for the weight step: each batch's teachers' logits
+        (m, B, C) and labels; the logits of each pool image kept from the first pass where the
+        augmentation allows (:mod:`~ofl_core.distill.targets`: the same draws and values)."""
+        if not cacheable(self.augment):
+            for xb, yb in self.pool_batches(labels=True):
+                yield self.clients_logits(xb), yb
+            return
+        if self.targets is None:  # kept image-first, (N, m, C), so that a pool index picks
+            self.targets = PoolTargets(lambda x: self.clients_logits(x).transpose(0, 1),
+                                       self.augment, self.cfg.kd_batch_size)
+        labels = self.pool.labels()
+        for _, t, idx in self.targets.batches(self.pool, self.cfg.kd_batch_size, self.run.rng):
+            yield t.transpose(0, 1).contiguous(), labels[idx]
 
 
 def generator_step(c: CoBoost, z: torch.Tensor, y: torch.Tensor,
@@ -238,9 +260,7 @@ def weight_stage(c: CoBoost, epoch: int) -> None:
         return
     losses = []
     for _ in range(c.cfg.weight_passes):
-        for xb, yb in c.pool_batches(labels=True):
-            with torch.no_grad(), c.run.amp:
-                logits = c.run.bank.logits(c.run.to_input(xb)).float()
+        for logits, yb in c.weight_batches():
             c.w, loss = ensemble_weight_step(c.w, logits, yb, lr)
             losses.append(loss)
     c.weight_losses.append(torch.stack(losses).mean())

@@ -252,7 +252,7 @@ class Distiller:
             return [self.step(xb) for xb in pool.batches(batch_size, self.rng)]
         return [ensemble_kd_step(self.bank, self.student, self.opt, self.to_input(xb), self.t,
                                  self.amp, target=t)
-                for xb, t in self.targets.batches(pool, batch_size, self.rng)]
+                for xb, t, _ in self.targets.batches(pool, batch_size, self.rng)]
 
 
 def run(uploads: list[ClientUpload], cfg: DenseConfig, ctx: ServerContext) -> ServerResult:

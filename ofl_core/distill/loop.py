@@ -330,7 +330,7 @@ def distil_pool(run_: DistillRun, pool: ImagePool, opt_s: torch.optim.Optimizer,
     if targets is not None:
         ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
                                run_.amp, target=t)
-              for xb, t in targets.batches(pool, kd_batch_size, run_.rng)]
+              for xb, t, _ in targets.batches(pool, kd_batch_size, run_.rng)]
     else:
         ep = [ensemble_kd_step(run_.bank, student, opt_s, run_.to_input(xb), temperature,
                                run_.amp) for xb in pool.batches(kd_batch_size, run_.rng)]

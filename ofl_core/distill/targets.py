@@ -81,15 +81,16 @@ class PoolTargets:
         self._mirror = [torch.cat(self._mirror)] if len(self._mirror) > 1 else self._mirror
 
     def batches(self, pool: ImagePool, batch_size: int, generator: torch.Generator | None
-                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One shuffled pass: (images, after the flips when ``augment="flip"``; their targets)."""
+                ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """One shuffled pass: (images, after the flips when ``augment="flip"``; their targets;
+        their pool indices, e.g. for the pool's labels)."""
         self.update(pool)
         for idx in pool.index_batches(batch_size, generator):
             x, t = pool.images(idx), self._plain[0][idx]
             if self.flip:
                 x, mask = random_flip(x, generator)
                 t = torch.where(mask.view(-1, *([1] * (t.dim() - 1))), self._mirror[0][idx], t)
-            yield x, t
+            yield x, t, idx
 
 
 __all__ = ["CACHEABLE", "PoolTargets", "cacheable", "random_flip"]
