@@ -1,21 +1,24 @@
 """The teachers' distillation targets of a pool's images, computed once per image.
 
-A distillation pass over the pool (DENSE Eq. 6 in DENSE's code, Fed-ADI, Fed-DAFL's ``"pool"``)
-asks the frozen teachers about the same images every epoch: the pool grows by one batch an
-epoch and every pass visits all of it, so over T epochs the teachers see about T²/2 batches
-where T would do, and at the papers' 200 epochs their forwards are a large part of the
-distillation stage. A teacher's output is a fixed function of each image (frozen weights, eval
-mode, no randomness), and on the CPU an image's output does not depend on the other images of
-its batch: :class:`PoolTargets` computes each image's target once, when it joins the pool, and
-once more for its mirror image when the pass flips images at random (DENSE's code on grayscale
-data), and the pass reads them instead of running the teachers. The pass draws the same random
-numbers in the same order (the shuffle, then each batch's flips), so the student sees the same
-batches and the same targets: bit for bit on the CPU (``tests/test_pool_targets.py``: the zoo's
-classifiers under bfloat16 autocast at any batch size, in float32 for batches of 64 images or
-more; float32 batches of a few images choose other matrix kernels and round differently, by
-about 1e-8). On a GPU the kernels may depend on the batch size, so the targets are equal to the
-teachers' to float rounding. A crop augmentation (DENSE's code on RGB data) has too many
-variants of an image to keep: such a pass runs the teachers as before (:func:`cacheable`).
+A distillation pass over the pool (DENSE Eq. 6 in DENSE's code, Fed-ADI, Fed-DAFL's ``"pool"``,
+Co-Boosting's ensemble-weight step) asks the frozen teachers about the same images every epoch:
+the pool grows by one batch an epoch and every pass visits all of it, so over T epochs the
+teachers see about T²/2 batches where T would do, and at the papers' 200 epochs their forwards
+are a large part of the distillation stage. A teacher's output is a fixed function of each image
+(frozen weights, eval mode, no randomness), and on the CPU an image's output does not depend on
+the other images of its batch: :class:`PoolTargets` computes each image's target once, when it
+joins the pool, and once more for its mirror image when the pass flips images at random (DENSE's
+code on grayscale data), and the pass reads them instead of running the teachers. The pass draws
+the same random numbers in the same order (the shuffle, then each batch's flips), so the student
+sees the same batches and the same targets: bit for bit on the CPU
+(``tests/test_pool_targets.py``: the zoo's classifiers under bfloat16 autocast at any batch
+size, in float32 for batches of 64 images or more; float32 batches of a few images choose other
+matrix kernels and round differently, by about 1e-8). On a GPU the kernels may depend on the
+batch size, so the targets are equal to the teachers' to float rounding. A crop augmentation
+(DENSE's code on RGB data) has too many variants of an image to keep: such a pass runs the
+teachers as before (:func:`cacheable`). The kept targets take pool size × classes floats (twice
+under flips; Co-Boosting keeps each client's logits: × clients), e.g. 2 MB for DENSE's 51,200
+images of 10 classes.
 """
 
 from __future__ import annotations
