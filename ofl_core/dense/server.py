@@ -35,7 +35,7 @@ from ..distill.generator import (
     sample_latents,
 )
 from ..distill.kernels import autocast_context
-from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run, teacher_output
+from ..distill.loop import DistillRun, as_floats, ensemble_kd_step, open_run, pool_targets
 from ..distill.losses import boundary_support_loss
 from ..distill.pool import ImagePool, augment_batch, resolve_pool_augment
 from ..distill.stratification import Stratification
@@ -174,7 +174,7 @@ class DenseSynthesizer:
         self.zero = torch.zeros((), device=device)
 
     def to_input(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else x
+        return self.bank.to_input(x)
 
     def teacher(self, logits: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
         """D = (1/m) Σ_k f_k(x̂) (Eq. 1), or the configured ``teacher``."""
@@ -231,12 +231,9 @@ class Distiller:
         self.amp = autocast_context(device, amp)
         self.targets: PoolTargets | None = None
 
-    def to_input(self, xb: torch.Tensor) -> torch.Tensor:
-        return xb.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else xb
-
     def step(self, xb: torch.Tensor) -> torch.Tensor:
         """Augment ``xb`` (KD-time augmentation), then one SGD step on L_dis (Eq. 6)."""
-        xb = self.to_input(augment_batch(xb, self.augment, self.rng))
+        xb = self.bank.to_input(augment_batch(xb, self.augment, self.rng))
         return ensemble_kd_step(self.bank, self.student, self.opt, xb, self.t, self.amp,
                                 self.teacher)
 
@@ -245,13 +242,12 @@ class Distiller:
         the pool's images are kept across passes where the augmentation allows
         (:mod:`~ofl_core.distill.targets`: the same steps, the teachers run once an image)."""
         if self.targets is None and cacheable(self.augment):
-            self.targets = PoolTargets(
-                lambda x: teacher_output(self.bank, self.to_input(x), self.amp, self.teacher),
-                self.augment, batch_size)
+            self.targets = pool_targets(self.bank, self.amp, self.augment, batch_size,
+                                        self.teacher)
         if self.targets is None:
             return [self.step(xb) for xb in pool.batches(batch_size, self.rng)]
-        return [ensemble_kd_step(self.bank, self.student, self.opt, self.to_input(xb), self.t,
-                                 self.amp, target=t)
+        return [ensemble_kd_step(self.bank, self.student, self.opt, self.bank.to_input(xb),
+                                 self.t, self.amp, target=t)
                 for xb, t, _ in self.targets.batches(pool, batch_size, self.rng)]
 
 

@@ -154,7 +154,7 @@ class DistillRun:
 
     def to_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` in the teachers' memory format (channels-last when the bank is)."""
-        return x.contiguous(memory_format=torch.channels_last) if self.bank.channels_last else x
+        return self.bank.to_input(x)
 
     def epochs(self, state: Mapping[str, Stateful] | None = None) -> Iterator[int]:
         """The epochs 0..T−1 under a progress bar; after each, the student is evaluated when
@@ -310,11 +310,11 @@ def ensemble_kd_step(bank: TeacherBank, student: nn.Module, opt: torch.optim.Opt
     return loss.detach()
 
 
-def pool_targets(run_: DistillRun, augment: str, chunk: int,
+def pool_targets(bank: TeacherBank, amp: torch.autocast, augment: str, chunk: int,
                  teacher: Callable[[torch.Tensor], torch.Tensor] | None = None) -> PoolTargets:
-    """The run's teachers' targets of a pool's images, kept as they join (``chunk`` at a
-    time; the KD batch size, so that they are computed as a pass would compute them)."""
-    return PoolTargets(lambda x: teacher_output(run_.bank, run_.to_input(x), run_.amp, teacher),
+    """The teachers' :func:`teacher_output` of a pool's images, kept as they join (``chunk``
+    at a time; the KD batch size, so that they are computed as a pass would compute them)."""
+    return PoolTargets(lambda x: teacher_output(bank, bank.to_input(x), amp, teacher),
                        augment, chunk)
 
 

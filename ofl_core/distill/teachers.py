@@ -219,6 +219,10 @@ class TeacherBank:
         return TeacherOutput(torch.stack(logits), bn_loss,  # type: ignore[arg-type]
                              feats if features else None)  # type: ignore[arg-type]
 
+    def to_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the teachers' memory format (channels-last when the bank is)."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Stacked teacher logits (m, B, C)."""
         return self.forward(x).logits

@@ -114,7 +114,7 @@ def run(uploads: list[ClientUpload], cfg: FedADIConfig, ctx: ServerContext) -> S
     run_ = open_run(uploads, cfg, ctx, "Fed-ADI", "fed-adi")
     opt_s = torch.optim.SGD(run_.student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     pool = ImagePool(uint8=cfg.pool_uint8, device=run_.device)
-    targets = pool_targets(run_, "none", cfg.kd_batch_size)
+    targets = pool_targets(run_.bank, run_.amp, "none", cfg.kd_batch_size)
     log = SynthesisLog()
     state = {"opt_s": opt_s, "pool": pool, "log": Attrs.of(log, run_.device)}
     for _epoch in run_.epochs(state):

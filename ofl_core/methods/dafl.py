@@ -87,7 +87,8 @@ def run(uploads: list[ClientUpload], cfg: FedDAFLConfig, ctx: ServerContext) -> 
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.kd_lr, momentum=cfg.kd_momentum)
     log = SynthesisLog()
     pool = ImagePool(uint8=cfg.pool_uint8, device=dev) if cfg.kd_data == "pool" else None
-    targets = pool_targets(run_, "none", cfg.kd_batch_size) if pool is not None else None
+    targets = (pool_targets(bank, amp, "none", cfg.kd_batch_size) if pool is not None
+               else None)
     state = {"generator": gen, "opt_g": opt_g, "opt_s": opt_s, "log": Attrs.of(log, dev),
              **({"pool": pool} if pool is not None else {})}
     student.train()
