@@ -4,6 +4,9 @@ teacher panel and the teacher × regime table's bookkeeping."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 
 import pandas as pd
@@ -13,13 +16,14 @@ import torch
 from ofl_core.dense.server import DenseConfig, run_dense
 from ofl_core.distill.combiners import oracle_weights
 from ofl_core.distill.stratification import Stratification, guidance_capability
+from ofl_core.experiment import ExperimentConfig, config_hash
 from ofl_core.fedhydra.diagnostics import (
     loss_curves_frame,
     own_class_ratios,
     stratification_frame,
     teacher_panel,
 )
-from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
+from ofl_core.fedhydra.server import FedHydraConfig, adversarial_loss, run_fedhydra
 from ofl_core.sections.teacher_regime import DENSE, PAPER, Variant, summarise, variants, verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -118,6 +122,35 @@ def test_fedhydra_replay_and_teachers(given) -> None:
         FedHydraConfig(teacher="median")
     with pytest.raises(ValueError, match="strat_u"):
         FedHydraConfig(strat_u="rank")
+
+
+def test_adversarial_loss_mask() -> None:
+    """Eq. 15 counts every sample; ``adv_mask`` only those where argmax P ≠ argmax S."""
+    P = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    S = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]])  # agrees on row 0, not on row 1
+    kl = (P.softmax(1) * (P.log_softmax(1) - S.log_softmax(1))).sum(1)
+    zero = torch.zeros(())
+    assert adversarial_loss(P, S, zero).item() == pytest.approx(-kl.mean().item(), rel=1e-6)
+    assert adversarial_loss(P, S, zero, mask=True).item() == pytest.approx(-kl[1].item() / 2,
+                                                                           rel=1e-6)
+    assert adversarial_loss(P, None, zero, mask=True) is zero
+
+
+def test_adv_mask_runs_and_keeps_the_paper_hash(given) -> None:
+    uploads, ctx, strat = given
+    paper = run_fedhydra(uploads, FedHydraConfig(**TINY), ctx, stratification=strat)
+    masked = run_fedhydra(uploads, FedHydraConfig(**TINY, adv_mask=True), ctx,
+                          stratification=strat)
+    assert len(masked.curve) == TINY["epochs"]
+    a, b = paper.model.state_dict(), masked.model.state_dict()
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the mask changed the training
+    # records made before the field existed keep their config hash; the masked reading differs
+    exp = ExperimentConfig()
+    method = dataclasses.asdict(FedHydraConfig())
+    del method["adv_mask"]
+    blob = json.dumps({"exp": exp.hash(), "method": method}, sort_keys=True, default=str)
+    assert config_hash(exp, FedHydraConfig()) == hashlib.sha256(blob.encode()).hexdigest()[:12]
+    assert config_hash(exp, FedHydraConfig(adv_mask=True)) != config_hash(exp, FedHydraConfig())
 
 
 def test_dense_with_a_weighted_teacher(given) -> None:

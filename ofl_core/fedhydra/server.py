@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +39,7 @@ from ..distill.combiners import (
 from ..distill.config import TeacherConfig, check_teacher_config
 from ..distill.generator import build_generator, generator_forward
 from ..distill.loop import DistillRun, as_floats, open_run
-from ..distill.losses import kd_loss, kl_per_sample
+from ..distill.losses import boundary_support_loss, kd_loss, kl_per_sample
 from ..distill.pool import ImagePool
 from ..distill.stratification import Stratification
 from ..distill.stratified_aggregation import SAEnsemble
@@ -78,7 +78,10 @@ class FedHydraConfig(TeacherConfig):
     the prediction P of Eqs. 12–19. ``"sa_probs"`` applies the SA weights to softmax
     probabilities (not the paper; measured in docs/decisions/fedhydra.md).
     ``sa_rescale``: False = Eqs. 8–11 literally (P ≈ mean logits / C); True multiplies the
-    ``"sa"`` teacher's P by C (SPEC §4). ``student_arch``: None = the clients' architecture
+    ``"sa"`` teacher's P by C (SPEC §4). ``adv_mask``: False = Eq. 15 as written (every sample
+    of the batch, SPEC §4); True keeps only the samples where P and the global model disagree,
+    as DENSE's boundary-support loss does (DENSE Eq. 4) — not the paper; measured at paper scale
+    in docs/decisions/paper-gaps.md#fedhydra-t1. ``student_arch``: None = the clients' architecture
     (homogeneous clients); the paper's server model for heterogeneous clients is
     ``"resnet18"``. Speed options as in DENSE: ``fast_generator``, ``batched_teachers``,
     ``channels_last``, ``amp`` (bfloat16 autocast, off by default).
@@ -91,6 +94,8 @@ class FedHydraConfig(TeacherConfig):
     pool_uint8: bool = True
     log_every: int = 10
     num_images: int = 64
+    adv_mask: bool = False
+    HASH_IF_SET: ClassVar[tuple[str, ...]] = ("adv_mask",)
 
     def __post_init__(self) -> None:
         check_teacher_config(self, counts=("log_every",), nonnegative=("kd_ce_weight",))
@@ -110,11 +115,14 @@ def bn_loss(out: TeacherOutput, zero: torch.Tensor) -> torch.Tensor:
     return out.bn_loss if out.bn_loss is not None else zero
 
 
-def adversarial_loss(P: torch.Tensor, s_out: torch.Tensor | None,
-                     zero: torch.Tensor) -> torch.Tensor:
-    """L_AD = −KL(σ(P) ‖ σ(S(x̂))), batch mean, no mask (FedHydra Eq. 15); ``zero`` when the
-    student was not run (λ2 = 0)."""
-    return -kl_per_sample(P, s_out).mean() if s_out is not None else zero
+def adversarial_loss(P: torch.Tensor, s_out: torch.Tensor | None, zero: torch.Tensor,
+                     mask: bool = False) -> torch.Tensor:
+    """L_AD = −KL(σ(P) ‖ σ(S(x̂))), batch mean, no mask (FedHydra Eq. 15); ``mask``: only the
+    samples where argmax P ≠ argmax S count (DENSE Eq. 4's boundary support, not FedHydra's
+    text); ``zero`` when the student was not run (λ2 = 0)."""
+    if s_out is None:
+        return zero
+    return boundary_support_loss(P, s_out) if mask else -kl_per_sample(P, s_out).mean()
 
 
 def generator_loss(l_ce: torch.Tensor, l_bn: torch.Tensor, l_ad: torch.Tensor,
@@ -199,7 +207,7 @@ def generator_step(h: Hydra, z: torch.Tensor, y: torch.Tensor, step: int
         s_out = run_.student(xa) if cfg.adv_weight > 0 else None
     P = h.sa(out.logits, y)
     l_ce, l_bn = ce_loss(P, y), bn_loss(out, h.zero)
-    l_ad = adversarial_loss(P, s_out, h.zero)
+    l_ad = adversarial_loss(P, s_out, h.zero, cfg.adv_mask)
     loss = generator_loss(l_ce, l_bn, l_ad, cfg)
     if step % cfg.log_every == 0:
         h.log["epoch"].append(step // cfg.steps_per_epoch)
