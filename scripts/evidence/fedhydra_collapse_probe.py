@@ -18,11 +18,21 @@ trained them (else they are trained first, about 30 minutes on 2 cores).
 
     python scripts/evidence/fedhydra_collapse_probe.py --epochs 6
     python scripts/evidence/fedhydra_collapse_probe.py --epochs 20 --only paper adv_weight=0
+    python scripts/evidence/fedhydra_collapse_probe.py --checkpoint ~/.cache/ofl/clients/servers/<key>.ckpt
+
+``--checkpoint`` inspects a finished or interrupted FedHydra (or DENSE) server checkpoint of
+this cell instead (the file of the grid's run, in the client cache's ``servers`` folder): the
+student's test accuracy with its own BN statistics and with BN statistics re-estimated on
+2,048 real training images (a diagnostic: a server has no real data), its dead units, and the
+class it predicts.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
+import io
 import json
 import time
 from pathlib import Path
@@ -30,7 +40,9 @@ from pathlib import Path
 import torch
 from dense_t1_setup import dense_t1_setup
 
+from ofl_core.clients import init_model
 from ofl_core.dense.server import DenseConfig, run_dense
+from ofl_core.evaluate import accuracy, predict_logits
 from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
 from ofl_core.sections.teacher_regime import setup_stratification
 
@@ -46,6 +58,8 @@ VARIANTS: dict[str, dict] = {
     "sa_rescale": {"sa_rescale": True},
     "teacher=sa_probs": {"teacher": "sa_probs"},
     "kd_data=pool": {"kd_data": "pool"},
+    # the best reading at quick scale (docs/decisions/fedhydra.md#fedhydra-readings): two changes
+    "teacher=sa_no_uc,kd_data=pool": {"teacher": "sa_no_uc", "kd_data": "pool"},
 }
 DENSE_REFERENCE = "dense paper"
 OUT = Path("results/measurements/fedhydra_collapse_fmnist_a03.jsonl")
@@ -65,6 +79,48 @@ def unit_activity(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float
     return float((f > 0).sum(0).eq(0).float().mean()), float(f.eq(0).float().mean())
 
 
+def read_checkpoint(path: Path) -> tuple[int, dict]:
+    """(epoch, pieces) of a server checkpoint file, loaded with ``weights_only=True`` and its
+    checksum checked."""
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(obj, dict) or not {"epoch", "sha256", "state"} <= set(obj):
+        raise SystemExit(f"{path} is not a server checkpoint of ofl")
+    blob = obj["state"].numpy().tobytes()
+    if hashlib.sha256(blob).hexdigest() != obj["sha256"]:
+        raise SystemExit(f"{path}: checksum mismatch (a damaged file)")
+    state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    return int(obj["epoch"]), state["pieces"]
+
+
+def inspect_checkpoint(path: Path, alpha: float, seed: int) -> dict:
+    """What the checkpoint's student does on the test set (module docstring)."""
+    epoch, pieces = read_checkpoint(path)
+    setup = dense_t1_setup("fmnist", alpha, seed, 200)
+    ds = setup.dataset
+    model = init_model(setup.uploads[0].arch, ds.num_classes, ds.channels, ds.image_size, 0,
+                       **setup.uploads[0].model_kwargs)
+    model.load_state_dict(pieces["student"])
+    x_test = ds.x_test.float() / 255
+    real = ds.x_train[torch.randperm(len(ds.x_train),
+                                     generator=torch.Generator().manual_seed(0))[:2048]]
+    refit = copy.deepcopy(model)
+    for bn in refit.modules():
+        if isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
+            bn.reset_running_stats()
+            bn.momentum = None  # a plain average over the batches
+    refit.train()
+    with torch.no_grad():
+        for xb in (real.float() / 255).split(128):
+            refit(xb)
+    dead, zeros = unit_activity(model, x_test[:2000])
+    preds = predict_logits(model, ds.x_test).argmax(1)
+    return {"checkpoint": path.name[:12], "epoch": epoch, "alpha": alpha, "seed": seed,
+            "test_acc": accuracy(model, ds.x_test, ds.y_test),
+            "test_acc_bn_refit_on_real": accuracy(refit, ds.x_test, ds.y_test),
+            "predicted_classes": torch.bincount(preds, minlength=ds.num_classes).tolist(),
+            "dead_units": round(dead, 3), "zero_activations": round(zeros, 3)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, default=6, help="server epochs per run (paper: 200)")
@@ -74,8 +130,14 @@ def main() -> None:
     p.add_argument("--alpha", type=float, default=0.3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="inspect this server checkpoint's student instead (module docstring)")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.checkpoint is not None:
+        print(json.dumps(inspect_checkpoint(args.checkpoint.expanduser(), args.alpha,
+                                            args.seed)))
+        return
     names = args.only or [*VARIANTS, DENSE_REFERENCE]
     unknown = [n for n in names if n not in VARIANTS and n != DENSE_REFERENCE]
     if unknown:
