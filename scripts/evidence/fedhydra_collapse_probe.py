@@ -18,7 +18,8 @@ trained them (else they are trained first, about 30 minutes on 2 cores).
 
     python scripts/evidence/fedhydra_collapse_probe.py --epochs 6
     python scripts/evidence/fedhydra_collapse_probe.py --epochs 20 --only paper adv_weight=0
-    python scripts/evidence/fedhydra_collapse_probe.py --checkpoint ~/.cache/ofl/clients/servers/<key>.ckpt
+    python scripts/evidence/fedhydra_collapse_probe.py \
+        --checkpoint ~/.cache/ofl/clients/servers/<key>.ckpt
 
 ``--checkpoint`` inspects a finished or interrupted FedHydra (or DENSE) server checkpoint of
 this cell instead (the file of the grid's run, in the client cache's ``servers`` folder): the
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -42,7 +44,9 @@ from dense_t1_setup import dense_t1_setup
 
 from ofl_core.clients import init_model
 from ofl_core.dense.server import DenseConfig, run_dense
+from ofl_core.distill.stratification import Stratification
 from ofl_core.evaluate import accuracy, predict_logits
+from ofl_core.experiment import Setup
 from ofl_core.fedhydra.server import FedHydraConfig, run_fedhydra
 from ofl_core.sections.teacher_regime import setup_stratification
 
@@ -77,6 +81,22 @@ def unit_activity(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float
     hook.remove()
     f = seen[0].flatten(1)
     return float((f > 0).sum(0).eq(0).float().mean()), float(f.eq(0).float().mean())
+
+
+def cached_stratification(setup: Setup, alpha: float, seed: int) -> Stratification:
+    """FedHydra's stratification of the setup's clients (paper settings: 30 steps × 128 images
+    per client and class, about 25 minutes at one thread), kept in the client cache's folder
+    after the first run of this script (loaded with ``weights_only=True``)."""
+    path = setup.cache_root / "evidence" / f"fedhydra_stratification_a{alpha}_s{seed}.pt"
+    if path.exists():
+        d = torch.load(path, map_location="cpu", weights_only=True)
+        strat = Stratification(**d)
+        if tuple(strat.U.shape) == (setup.dataset.num_classes, len(setup.uploads)):
+            return strat
+    strat = setup_stratification(setup, {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(dataclasses.asdict(strat), path)
+    return strat
 
 
 def read_checkpoint(path: Path) -> tuple[int, dict]:
@@ -151,7 +171,7 @@ def main() -> None:
         print(f"every variant asked for is in {args.out}")
         return
     setup = dense_t1_setup("fmnist", args.alpha, args.seed, 200)
-    strat = setup_stratification(setup, {})
+    strat = cached_stratification(setup, args.alpha, args.seed)
     x_test = setup.dataset.x_test[:2000].float() / 255
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in todo:
