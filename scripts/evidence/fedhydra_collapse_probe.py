@@ -61,6 +61,7 @@ VARIANTS: dict[str, dict] = {
     "kd_momentum=0": {"kd_momentum": 0.0},
     "sa_rescale": {"sa_rescale": True},
     "teacher=sa_probs": {"teacher": "sa_probs"},
+    "teacher=sa_no_uc": {"teacher": "sa_no_uc"},
     "kd_data=pool": {"kd_data": "pool"},
     # the best reading at quick scale (docs/decisions/fedhydra.md#fedhydra-readings): two changes
     "teacher=sa_no_uc,kd_data=pool": {"teacher": "sa_no_uc", "kd_data": "pool"},
@@ -134,7 +135,9 @@ def inspect_checkpoint(path: Path, alpha: float, seed: int) -> dict:
             refit(xb)
     dead, zeros = unit_activity(model, x_test[:2000])
     preds = predict_logits(model, ds.x_test).argmax(1)
+    curve = [round(float(c), 2) for c in pieces["curve"]["curve"]]
     return {"checkpoint": path.name[:12], "epoch": epoch, "alpha": alpha, "seed": seed,
+            "curve": curve,
             "test_acc": accuracy(model, ds.x_test, ds.y_test),
             "test_acc_bn_refit_on_real": accuracy(refit, ds.x_test, ds.y_test),
             "predicted_classes": torch.bincount(preds, minlength=ds.num_classes).tolist(),
