@@ -66,24 +66,7 @@ class CheckpointFile:
     def unpack(self, obj: object) -> tuple[int, dict[str, Any]]:
         """Check the outer record and the checksum, then load the state (:class:`BadFile`
         if it is not this key's checkpoint)."""
-        if not isinstance(obj, dict) or set(obj) != {"format", "meta", "epoch", "sha256",
-                                                     "state"}:
-            raise BadFile("not a server checkpoint")
-        if obj["format"] != CHECKPOINT_FORMAT:
-            raise BadFile(f"of format {obj['format']!r}, not {CHECKPOINT_FORMAT}")
-        if obj["meta"] != self.meta:
-            raise BadFile("for another key (its metadata does not match)")
-        blob = obj["state"]
-        if not (isinstance(blob, torch.Tensor) and blob.dtype == torch.uint8 and blob.dim() == 1):
-            raise BadFile("not a server checkpoint (no state bytes)")
-        data = blob.numpy()
-        if hashlib.sha256(data).hexdigest() != obj["sha256"]:
-            raise BadFile("corrupt (its checksum does not match)")
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        epoch = obj["epoch"]
-        if not isinstance(state, dict) or not isinstance(epoch, int) or epoch < 1:
-            raise BadFile("not a server checkpoint (no state or epoch)")
-        return epoch, state
+        return unpack_checkpoint(obj, self.meta)
 
     def write(self, epoch: int, state: dict[str, Any]) -> bool:
         """Write atomically (temp file + ``os.replace``); a failed write (disk full, read-only
@@ -128,4 +111,29 @@ class CheckpointFile:
         return file_lock(self.root / f"{self.key}.lock")
 
 
-__all__ = ["CHECKPOINT_FORMAT", "CheckpointFile"]
+
+
+def unpack_checkpoint(obj: object, meta: str | None = None) -> tuple[int, dict[str, Any]]:
+    """(epoch, state) of a loaded checkpoint record: the outer record, its format and checksum
+    checked, the state loaded with ``weights_only=True`` (:class:`BadFile` otherwise).
+    ``meta``: the key's metadata it must carry; None accepts any key's (inspection tools)."""
+    if not isinstance(obj, dict) or set(obj) != {"format", "meta", "epoch", "sha256", "state"}:
+        raise BadFile("not a server checkpoint")
+    if obj["format"] != CHECKPOINT_FORMAT:
+        raise BadFile(f"of format {obj['format']!r}, not {CHECKPOINT_FORMAT}")
+    if meta is not None and obj["meta"] != meta:
+        raise BadFile("for another key (its metadata does not match)")
+    blob = obj["state"]
+    if not (isinstance(blob, torch.Tensor) and blob.dtype == torch.uint8 and blob.dim() == 1):
+        raise BadFile("not a server checkpoint (no state bytes)")
+    data = blob.numpy()
+    if hashlib.sha256(data).hexdigest() != obj["sha256"]:
+        raise BadFile("corrupt (its checksum does not match)")
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    epoch = obj["epoch"]
+    if not isinstance(state, dict) or not isinstance(epoch, int) or epoch < 1:
+        raise BadFile("not a server checkpoint (no state or epoch)")
+    return epoch, state
+
+
+__all__ = ["CHECKPOINT_FORMAT", "BadFile", "CheckpointFile", "unpack_checkpoint"]

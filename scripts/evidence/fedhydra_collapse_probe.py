@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import hashlib
-import io
 import json
 import time
 from pathlib import Path
@@ -42,6 +40,7 @@ from pathlib import Path
 import torch
 from dense_t1_setup import dense_t1_setup
 
+from ofl_core.checkpoint.store import BadFile, unpack_checkpoint
 from ofl_core.clients import init_model
 from ofl_core.dense.server import DenseConfig, run_dense
 from ofl_core.distill.stratification import Stratification
@@ -101,16 +100,12 @@ def cached_stratification(setup: Setup, alpha: float, seed: int) -> Stratificati
 
 
 def read_checkpoint(path: Path) -> tuple[int, dict]:
-    """(epoch, pieces) of a server checkpoint file, loaded with ``weights_only=True`` and its
-    checksum checked."""
-    obj = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(obj, dict) or not {"epoch", "sha256", "state"} <= set(obj):
-        raise SystemExit(f"{path} is not a server checkpoint of ofl")
-    blob = obj["state"].numpy().tobytes()
-    if hashlib.sha256(blob).hexdigest() != obj["sha256"]:
-        raise SystemExit(f"{path}: checksum mismatch (a damaged file)")
-    state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    return int(obj["epoch"]), state["pieces"]
+    """(epoch, pieces) of a server checkpoint file, validated as the servers read theirs."""
+    try:
+        epoch, state = unpack_checkpoint(torch.load(path, map_location="cpu", weights_only=True))
+    except BadFile as e:
+        raise SystemExit(f"{path}: {e}") from None
+    return epoch, state["pieces"]
 
 
 def inspect_checkpoint(path: Path, alpha: float, seed: int) -> dict:
