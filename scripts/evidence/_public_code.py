@@ -86,6 +86,18 @@ def common_parser(doc: str, mirror_help: str, commit: str, every: int,
     return ap, parsers
 
 
+def subcommands(doc: str, names: Sequence[str], out: Path
+                ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """A parser with one subcommand per name, each with ``--out`` (default ``out``); returns
+    the parser and the subcommands' parsers by name, for the script's own options."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    parsers = {name: sub.add_parser(name) for name in names}
+    for p in parsers.values():
+        p.add_argument("--out", type=Path, default=out)
+    return ap, parsers
+
+
 def run_sides(args: argparse.Namespace, one: Callable[[str, int], dict],
               line: Callable[[dict], str]) -> None:
     """``one(side, seed)`` for every seed and side of ``args`` not yet written, each written

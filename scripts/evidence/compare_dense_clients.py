@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _public_code import subcommands
 
 from ofl_core.clients import LocalTrainConfig, init_model, train_local
 from ofl_core.data.datasets import ImageDataset, load_dataset
@@ -470,11 +471,9 @@ def cmd_analyse(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("train", "table", "analyse"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, default=Path("results/dense_public/clients"))
+    ap, parsers = subcommands(__doc__, ("train", "table", "analyse"),
+                              Path("results/dense_public/clients"))
+    for name, p in parsers.items():
         p.add_argument("--states", type=Path, required=name != "table",
                        help="where the client state dicts go (outside the repository; "
                             "table: compare them bit for bit when given)")

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _public_code import subcommands
 from torch import nn
 
 import ofl_core
@@ -448,11 +449,8 @@ def agreement(rows: list[dict[str, Any]], every: int, tolerance: float) -> list[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("teachers", "run", "table"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, default=Path("results/dense_public"))
+    ap, parsers = subcommands(__doc__, ("teachers", "run", "table"), Path("results/dense_public"))
+    for name, p in parsers.items():
         if name == "table":
             p.add_argument("--every", type=int, default=5)
             p.add_argument("--tolerance", type=float, default=1.5)
