@@ -21,6 +21,12 @@ column has not run before, or pass a fresh ``--cache-dir``.
 
     python benchmarks/bench_column.py --alpha 0.3 --seed 1 --out runs/column_a03 \\
         --figure runs/column_a03/timeline.png --log runs/column_a03/bench.json
+
+A column whose run was interrupted and finished over several runs has no single wall time;
+``--summarise`` runs nothing and reads its finished tasks in ``--out``: each task's compute (the
+clients' task its seconds, a server task its servers' own time, kept across resumed parts) and
+the wall time of their ideal packing on ``--cores`` (the clients first, then the servers
+longest first on the core that frees up first), drawn with ``--figure``.
 """
 
 from __future__ import annotations
@@ -108,7 +114,8 @@ def lanes(rows: list[dict]) -> list[int]:
     return [lane for _, lane in sorted(out)]
 
 
-def draw_timeline(rows: list[dict], t0: float, path: Path, title: str) -> None:
+def draw_timeline(rows: list[dict], t0: float, path: Path, title: str,
+                  xlabel: str = "minutes since the column started") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,12 +130,57 @@ def draw_timeline(rows: list[dict], t0: float, path: Path, title: str) -> None:
                 fontsize=8)
     ax.set_yticks(range(max(lane) + 1), [f"process {i + 1}" for i in range(max(lane) + 1)])
     ax.invert_yaxis()
-    ax.set_xlabel("minutes since the column started")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def compute_s(row: dict, first: bool) -> float:
+    """A task's compute: the clients' task its wall seconds (it trains the clients, which no
+    record times), a server task its servers' own seconds, kept across interrupted and resumed
+    parts (the records' ``wall_time_s``)."""
+    return row["seconds"] if first or not row["servers_s"] else sum(row["servers_s"].values())
+
+
+def pack(rows: list[dict], cores: int) -> list[dict]:
+    """The ideal schedule of the measured compute on ``cores``: the clients' task first (every
+    server needs its clients), then the server tasks longest first, each on the core that frees
+    up first. Each row gains ``start`` and ``end`` (seconds from 0) and its ``compute_s``."""
+    first, servers = rows[0], sorted(rows[1:], key=lambda r: -compute_s(r, False))
+    t = compute_s(first, True)
+    placed = [dict(first, compute_s=t, start=0.0, end=t)]
+    free = [t] * cores
+    for r in servers:
+        i = min(range(cores), key=free.__getitem__)
+        c = compute_s(r, False)
+        placed.append(dict(r, compute_s=c, start=free[i], end=free[i] + c))
+        free[i] += c
+    return placed
+
+
+def summarise(tasks: list[Task], out: Path, cores: int, figure: Path | None,
+              title: str) -> None:
+    """For a column finished over several (interrupted, resumed) runs: each task's compute and
+    the wall time of its ideal packing on ``cores`` (no run)."""
+    missing = [t.run_id() for t in tasks if not sidecar(out, t).exists()]
+    if missing:
+        raise SystemExit(f"{out} lacks finished tasks of this column: {missing}")
+    placed = pack(task_rows(out, tasks), cores)
+    for r in placed:
+        servers = ", ".join(f"{k} {v:.0f} s" for k, v in r["servers_s"].items())
+        print(f"  {r['run_id']}  {'+'.join(r['methods']):30s} {r['compute_s']:8.1f} s  "
+              f"servers: {servers}")
+    span = max(r["end"] for r in placed)
+    busy = sum(r["compute_s"] for r in placed)
+    print(f"compute {busy:.0f} s; packed on {cores} cores: {span:.0f} s = {span / 60:.1f} min")
+    if figure is not None:
+        draw_timeline([dict(r, seconds=r["compute_s"]) for r in placed], 0.0, figure,
+                      f"{title}: {span / 60:.0f} min packed on {cores} cores "
+                      f"({busy / 60:.0f} core-minutes)", xlabel="minutes (ideal packing)")
+        print(f"figure: {figure}")
 
 
 def main() -> None:
@@ -143,9 +195,17 @@ def main() -> None:
                     help="$OFL_CACHE_DIR of the run (default: the user's cache)")
     ap.add_argument("--figure", type=Path, default=None, help="the timeline, as a PNG")
     ap.add_argument("--log", type=Path, default=None, help="the measurement, as JSON")
+    ap.add_argument("--summarise", action="store_true",
+                    help="run nothing: read the column's finished tasks in --out (made over "
+                         "several runs) and print each task's compute and its ideal packing on "
+                         "--cores (--figure draws it)")
     args = ap.parse_args()
 
     tasks = column_tasks(args.grid, args.alpha, args.seed)
+    if args.summarise:
+        summarise(tasks, args.out, args.cores, args.figure,
+                  f"DENSE Table 1 column, FMNIST α = {args.alpha}, seed {args.seed}")
+        return
     done = [t.run_id() for t in tasks if sidecar(args.out, t).exists()]
     if done:
         raise SystemExit(f"{args.out} already holds finished tasks of this column ({done}): a "
