@@ -32,6 +32,7 @@ from .data.partition import SCHEMES, Partition, make_partition
 from .evaluate import accuracy, client_accuracies
 from .models import MODEL_NAMES
 from .precision import precision_label, resolve_amp
+from .presets import split_reading
 from .registry import METHODS, method_config, method_spec, run_method
 from .results import ResultRecord
 from .server import ServerContext, ServerResult
@@ -341,7 +342,7 @@ def configure_methods(
     common: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     method_presets: Mapping[str, Sequence[str]] | None = None,
-) -> list[tuple[str, Any]]:
+) -> list[tuple[str, Any] | tuple[str, Any, str]]:
     """(name, config) pairs for every method × preset, as notebooks take them from parameters.
 
     ``common`` fields (e.g. ``{"epochs": 20}`` for a quick server; ``None`` values mean "each
@@ -352,7 +353,9 @@ def configure_methods(
     notebook's methods). ``overrides[name]`` fields apply to that method only (unknown fields
     there are an error). ``method_presets[name]``: that method's presets instead of
     ``presets`` (repeats dropped), e.g. FedAvg under both presets beside methods run under the
-    paper's only, on the same clients.
+    paper's only, on the same clients. A preset may be a reading (:func:`~ofl_core.presets.
+    split_reading`: ``"paper+kd_data=pool"``): the preset's config with those fields changed,
+    its records labelled with the whole reading (a ``(name, config, label)`` triple).
     """
     unknown = sorted((set(names) | set(method_presets or {})) - set(METHODS))
     if unknown:
@@ -363,12 +366,17 @@ def configure_methods(
         mine = sorted(set().union(*(_fields(m) for m in names)))
         raise ValueError(f"common setting(s) {stray} are fields of no method; the selected "
                          f"methods {list(names)} have: {mine}")
-    out = []
+    out: list = []
     for name in names:
-        for preset in dict.fromkeys((method_presets or {}).get(name, presets)):
+        for label in dict.fromkeys((method_presets or {}).get(name, presets)):
+            preset, reading = split_reading(label)
             upd = {k: v for k, v in common.items() if k in _fields(name)}
-            cfg = method_config(name, preset, **{**upd, **(overrides or {}).get(name, {})})
-            out.append((name, cfg))
+            try:
+                cfg = method_config(name, preset,
+                                    **{**upd, **(overrides or {}).get(name, {}), **reading})
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name} under {label!r}: {e}") from None
+            out.append((name, cfg) if label == preset else (name, cfg, label))
     return out
 
 

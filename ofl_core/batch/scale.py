@@ -35,7 +35,14 @@ class Scale:
         return "paper" if self.paper else "quick" if self.quick else "reduced"
 
 
-def _agrees(value: object, ref: object) -> bool:
+#: parameters whose values may be readings (``"paper+kd_data=pool"``): a reading runs at the
+#: scale of its preset, since it cannot change a size (:data:`ofl_core.presets.SIZE_FIELDS`)
+READING_LISTS = frozenset({"presets", "baseline_presets"})
+
+
+def _agrees(value: object, ref: object, key: str = "") -> bool:
+    if key in READING_LISTS and isinstance(value, list):
+        value = [v.split("+")[0] if isinstance(v, str) else v for v in value]
     if isinstance(value, list) and isinstance(ref, list) and value:
         return all(v in ref for v in value)
     return value == ref
@@ -47,7 +54,7 @@ def run_scale(params: dict, references: Sequence[dict], quick: bool = False) -> 
     best: tuple[list[str], dict] | None = None
     for ref in references:
         diffs = sorted(k for k in params.keys() | ref.keys()
-                       if k not in NOT_SCALE and not _agrees(params.get(k), ref.get(k)))
+                       if k not in NOT_SCALE and not _agrees(params.get(k), ref.get(k), k))
         if not diffs:
             return Scale(True)
         if best is None or len(diffs) < len(best[0]):
