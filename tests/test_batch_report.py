@@ -409,7 +409,9 @@ def test_every_entry_says_how_to_remake_it_and_the_grid_file_holds_that_task(tmp
     grids.mkdir(parents=True)
     (grids / "mine.yaml").write_text("main_tables:\n  - grid:\n      alphas: [[0.1], [0.5]]\n"
                                      "    dataset: fmnist\n    methods: [fedavg]\n    seeds: [1]\n")
-    recs = [{**_rec("fedavg", 41.0), "wall_time_s": 50.0}]
+    # one computation, labelled for two tables (same config hash, seed and preset): 50 s once
+    recs = [{**_rec("fedavg", 41.0), "wall_time_s": 50.0},
+            {**_rec("fedavg", 41.0, table="T3"), "wall_time_s": 50.0}]
     _run(tmp_path / "out", "r9", params, recs, {**effective_parameters(Task("main_tables")),
                                                  **params})
     index = build_report(tmp_path / "out", results=tmp_path / "results")
