@@ -17,22 +17,30 @@
 #          fedcvae (fp32, bf16) on the device
 #   cell   scripts/gpu_paper_cell.py: DENSE Table 1, FMNIST, α = 0.1, seed 1, end to end at the
 #          paper's scale, with each stage's time and peak GPU memory (OUTDIR/paper_cell*.json*)
-# Options: --device cuda|cpu (default cuda), --tiny (toy sizes), --parts setup,env,tests,bench,cell,
-# --budget SECONDS (all parts; default 540 on CUDA, 2400 on the CPU), --python PY (default python3).
+#   grid   (only when named) run_all.py on a grid of paper-scale tasks on the device (--grid FILE,
+#          default results/grids/gpu_fmnist.yaml; the notebook stack from gpu_carry's
+#          wheels/notebook.tar.xz where the image lacks it), --jobs tasks at once, for the rest of the budget; each finished
+#          task's sidecar is copied to OUTDIR/grid/ as it lands (ship them like the CPU's)
+# Options: --device cuda|cpu (default cuda), --tiny (toy sizes), --parts setup,env,tests,bench,cell
+# (or grid), --budget SECONDS (all parts; default 540 on CUDA, 2400 on the CPU), --python PY
+# (default python3), --grid FILE, --jobs N (grid tasks at once, default 2).
 # OUTDIR gets at most 7 files: gpu_check.log (every part's output), summary.txt (one line a part),
-# cuda_report.jsonl, paper_cell.json, paper_cell_epochs.jsonl, paper_cell_records.json. The
-# exit status is 0 when every part that ran succeeded.
+# cuda_report.jsonl, paper_cell.json, paper_cell_epochs.jsonl, paper_cell_records.json; and the
+# folder grid/ (sidecars) with the grid part. The exit status is 0 when every part that ran
+# succeeded.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 
-if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then sed -n '3,27p' "$0"; exit 2; fi
+if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then sed -n '3,30p' "$0"; exit 2; fi
 OUT=$1; shift
 DEVICE=cuda
 TINY=0
 PARTS=setup,env,tests,bench,cell
 BUDGET=
 PY=${PYTHON:-python3}
+GRID=results/grids/gpu_fmnist.yaml
+JOBS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -40,6 +48,8 @@ while [ $# -gt 0 ]; do
     --parts) PARTS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
+    --grid) GRID=$2; shift 2 ;;
+    --jobs) JOBS=$2; shift 2 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done
@@ -94,30 +104,52 @@ log "gpu_check: device=$DEVICE tiny=$TINY parts=$PARTS budget=${BUDGET}s out=$OU
     "commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # --- setup: wheels for what is missing, the data -----------------------------------------------
-setup() {
-  "$PY" -c 'import torch' || { echo "no torch in $PY"; return 1; }
-  # module:dist pairs that ofl_core and the check import beyond torch
-  local pairs="numpy:numpy pandas:pandas dateutil:python-dateutil yaml:pyyaml tqdm:tqdm
-    filelock:filelock platformdirs:platformdirs pytest:pytest pluggy:pluggy iniconfig:iniconfig
-    packaging:packaging pygments:pygments"
-  local missing=() p mod dist whl
+# install_missing DIR PAIRS: for each module:dist pair whose module does not import, the dist's
+# wheel from DIR into $SITE (pip, offline, no dependencies: every one is named)
+install_missing() {
+  local dir=$1 pairs=$2 missing=() p mod dist whl
   for p in $pairs; do
     mod=${p%%:*}; dist=${p#*:}
     "$PY" -c "import $mod" 2>/dev/null && continue
-    whl=$(find gpu_carry/wheels -maxdepth 1 -iname "${dist//-/_}-*.whl" 2>/dev/null | head -1)
+    whl=$(find "$dir" -maxdepth 1 -iname "${dist//-/_}-*.whl" 2>/dev/null | head -1)
     if [ -z "$whl" ]; then
-      echo "missing module $mod and no wheel for $dist in gpu_carry/wheels"
+      echo "missing module $mod and no wheel for $dist in $dir"
       return 1
     fi
     missing+=("$whl")
-    [ "$dist" = python-dateutil ] && ! "$PY" -c 'import tzdata' 2>/dev/null \
-      && missing+=("$(find gpu_carry/wheels -maxdepth 1 -name 'tzdata-*.whl' | head -1)")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing into $SITE: ${missing[*]##*/}"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "${missing[@]}" || return 1
   fi
+}
+export -f install_missing
+
+# copy_missing ROOT PAIRS: as install_missing, from ROOT/<dist>/ (a distribution unpacked)
+copy_missing() {
+  local root=$1 pairs=$2 copied=() p mod dist
+  for p in $pairs; do
+    mod=${p%%:*}; dist=${p#*:}
+    "$PY" -c "import $mod" 2>/dev/null && continue
+    if [ ! -d "$root/$dist" ]; then
+      echo "missing module $mod and no $dist in $root (scripts/prepare_gpu_carry.sh)"
+      return 1
+    fi
+    cp -r "$root/$dist/." "$SITE/"
+    copied+=("$dist")
+  done
+  [ ${#copied[@]} -gt 0 ] && echo "copied into $SITE: ${copied[*]}"
+  return 0
+}
+export -f copy_missing
+
+setup() {
+  "$PY" -c 'import torch' || { echo "no torch in $PY"; return 1; }
+  # module:dist pairs that ofl_core and the check import beyond torch
+  install_missing gpu_carry/wheels "numpy:numpy pandas:pandas dateutil:python-dateutil
+    tzdata:tzdata yaml:pyyaml tqdm:tqdm filelock:filelock platformdirs:platformdirs pytest:pytest
+    pluggy:pluggy iniconfig:iniconfig packaging:packaging pygments:pygments" || return 1
   "$PY" -c 'import numpy, pandas, yaml, tqdm, filelock, platformdirs, pytest, ofl_core.experiment' \
     || return 1
   # FashionMNIST: gpu_carry's xz files unpacked as the data root (else the loader's own search)
@@ -159,6 +191,15 @@ if torch.cuda.is_available():
           "matmul", torch.backends.cuda.matmul.fp32_precision,
           "| cudnn.benchmark", torch.backends.cudnn.benchmark,
           "cudnn.deterministic", torch.backends.cudnn.deterministic)
+import importlib.metadata as md
+have = []
+for dist in ("numpy", "pandas", "papermill", "ipykernel", "ipython", "nbclient", "matplotlib",
+             "seaborn", "pillow", "scipy", "torchvision", "jupytext"):
+    try:
+        have.append(f"{dist} {md.version(dist)}")
+    except md.PackageNotFoundError:
+        have.append(f"{dist} -")
+print("image has:", ", ".join(have))
 EOF
 }
 export -f env_info
@@ -206,6 +247,61 @@ if want cell; then
   tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)
   part cell "$(left)" "$PY" scripts/gpu_paper_cell.py --out "$OUT" --device "$DEVICE" \
     --cache-dir "$WORK/cell-cache" "${tiny[@]}"
+fi
+
+# --- grid: paper-scale tasks through run_all.py on the device ----------------------------------
+grid_run() {
+  # the notebook stack (papermill and its kernel, the notebooks' figures) where the image lacks it:
+  # gpu_carry's archive holds each distribution unpacked in a folder of its own
+  if [ -s gpu_carry/wheels/notebook.tar.xz ] && [ ! -d "$WORK/notebook" ]; then
+    tar -C "$WORK" -xJf gpu_carry/wheels/notebook.tar.xz || return 1
+  fi
+  copy_missing "$WORK/notebook" "papermill:papermill nbformat:nbformat
+    nbclient:nbclient jupyter_client:jupyter_client jupyter_core:jupyter_core ipykernel:ipykernel
+    IPython:ipython traitlets:traitlets zmq:pyzmq tornado:tornado tenacity:tenacity click:click
+    requests:requests urllib3:urllib3 certifi:certifi charset_normalizer:charset_normalizer
+    idna:idna fastjsonschema:fastjsonschema jsonschema:jsonschema
+    jsonschema_specifications:jsonschema_specifications referencing:referencing rpds:rpds_py
+    attr:attrs comm:comm entrypoints:entrypoints matplotlib_inline:matplotlib_inline
+    nest_asyncio2:nest_asyncio2 psutil:psutil pexpect:pexpect ptyprocess:ptyprocess
+    prompt_toolkit:prompt_toolkit wcwidth:wcwidth stack_data:stack_data executing:executing
+    asttokens:asttokens pure_eval:pure_eval typing_extensions:typing_extensions
+    ipython_pygments_lexers:ipython_pygments_lexers matplotlib:matplotlib seaborn:seaborn
+    PIL:pillow kiwisolver:kiwisolver contourpy:contourpy cycler:cycler pyparsing:pyparsing
+    fontTools:fonttools jinja2:jinja2 markupsafe:markupsafe" \
+    || return 1
+  "$PY" -c 'import papermill, ipykernel, matplotlib, seaborn' || return 1
+  # the grid's tasks on this check's device (the shipped GPU grid names cuda already)
+  "$PY" - "$GRID" "$WORK/grid.yaml" "$DEVICE" <<'EOF' || return 1
+import sys, yaml
+src, dst, device = sys.argv[1:]
+grid = yaml.safe_load(open(src))
+for entries in grid.values():
+    for e in entries:
+        e["device"] = device
+yaml.safe_dump(grid, open(dst, "w"), sort_keys=False)
+EOF
+  # clients a previous check trained (its OUTDIR/grid/cache, moved to gpu_carry/cache): a column
+  # cut by the budget goes on with the same clients
+  if [ -d gpu_carry/cache ]; then
+    mkdir -p "$OFL_CACHE_DIR" && cp -r gpu_carry/cache/. "$OFL_CACHE_DIR/" || return 1
+  fi
+  "$PY" run_all.py --grid "$WORK/grid.yaml" --out "$WORK/grid-out" --jobs "$JOBS" \
+    --threads-per-task 4
+}
+export -f grid_run
+export GRID JOBS DEVICE
+if want grid; then
+  part grid "$(left)" grid_run
+  # every finished task's sidecar (a run cut by the budget keeps the tasks that finished)
+  mkdir -p "$OUT/grid/cache"
+  find "$WORK/grid-out/runs" -name '*.json' ! -name '*.failed.json' -exec cp {} "$OUT/grid/" \; \
+    2>/dev/null
+  # the trained clients (not the server checkpoints), for the next check's gpu_carry/cache
+  (cd "$OFL_CACHE_DIR" 2>/dev/null && find . -name '*.pt' ! -path '*/servers/*' \
+     ! -path '*/evidence/*' -exec cp --parents {} "$OUT/grid/cache/" \;)
+  log "grid: $(find "$OUT/grid" -maxdepth 1 -name '*.json' | wc -l) finished task(s) in" \
+      "$OUT/grid, $(find "$OUT/grid/cache" -name '*.pt' | wc -l) client(s) in $OUT/grid/cache"
 fi
 
 log "gpu_check done in $(( $(date +%s) - START ))s; summary:"

@@ -117,8 +117,12 @@ def _references() -> dict[str, list[dict]]:
 
 def _render_notebook(src: Path, page: Path, header: str = "", title: str = "") -> str | None:
     """Render an executed notebook without inputs, ``header`` (HTML) at the top of its body
-    and ``title`` as the page's title; the error text when it cannot be read."""
-    from nbconvert import HTMLExporter
+    and ``title`` as the page's title; the error text when it cannot be read (or when nbconvert,
+    part of the notebook extra, is not installed: the records are reported all the same)."""
+    try:
+        from nbconvert import HTMLExporter
+    except ImportError:
+        return "nbconvert is not installed, so the executed notebook is not rendered"
 
     # no script from a CDN (MathJax, require.js, widgets): the page must open offline and from
     # a copied report folder; the notebooks' outputs are tables, text and PNGs
