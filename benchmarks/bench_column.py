@@ -115,7 +115,8 @@ def lanes(rows: list[dict]) -> list[int]:
 
 
 def draw_timeline(rows: list[dict], t0: float, path: Path, title: str,
-                  xlabel: str = "minutes since the column started") -> None:
+                  xlabel: str = "minutes since the column started",
+                  target_min: float | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,6 +129,10 @@ def draw_timeline(rows: list[dict], t0: float, path: Path, title: str,
         ax.barh(y, width, left=start, height=0.8, edgecolor="black")
         ax.text(start + width / 2, y, "+".join(r["methods"]), ha="center", va="center",
                 fontsize=8)
+    if target_min is not None:
+        ax.axvline(target_min, color="black", linestyle="--", linewidth=1)
+        ax.text(target_min, max(lane) + 0.45, f" target {target_min:.0f} min", fontsize=8,
+                va="bottom")
     ax.set_yticks(range(max(lane) + 1), [f"process {i + 1}" for i in range(max(lane) + 1)])
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
@@ -177,9 +182,12 @@ def summarise(tasks: list[Task], out: Path, cores: int, figure: Path | None,
     busy = sum(r["compute_s"] for r in placed)
     print(f"compute {busy:.0f} s; packed on {cores} cores: {span:.0f} s = {span / 60:.1f} min")
     if figure is not None:
-        draw_timeline([dict(r, seconds=r["compute_s"]) for r in placed], 0.0, figure,
+        bars = [dict(r, seconds=r["compute_s"], methods=["clients"] if i == 0 else r["methods"])
+                for i, r in enumerate(placed)]
+        draw_timeline(bars, 0.0, figure,
                       f"{title}: {span / 60:.0f} min packed on {cores} cores "
-                      f"({busy / 60:.0f} core-minutes)", xlabel="minutes (ideal packing)")
+                      f"({busy / 60:.0f} core-minutes)", xlabel="minutes (ideal packing)",
+                      target_min=60.0)
         print(f"figure: {figure}")
 
 
