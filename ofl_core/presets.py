@@ -25,11 +25,16 @@ def check_preset(preset: str) -> None:
         raise ValueError(f"preset must be one of {PRESETS} (got {preset!r})")
 
 
+def reading_preset(label: str) -> str:
+    """The preset a reading label starts from (``"paper+kd_data=pool"`` → ``"paper"``)."""
+    return label.split("+", 1)[0]
+
+
 def split_reading(label: str) -> tuple[str, dict[str, Any]]:
     """A preset or a reading label → (its preset, its field changes). Values are read as YAML
     scalars (``adv_weight=0`` is the number 0, ``adv_mask=true`` a bool, ``kd_data=pool`` a
     string). ``"paper"`` → ``("paper", {})``."""
-    base, *changes = label.split("+")
+    base, changes = reading_preset(label), label.split("+")[1:]
     check_preset(base)
     fields: dict[str, Any] = {}
     for change in changes:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..presets import reading_preset
+
 #: parameters that say where or with which seeds a run is, not at what scale
 NOT_SCALE = frozenset({"device", "data_root", "cache_dir", "figures_dir", "seeds"})
 
@@ -42,7 +44,7 @@ READING_LISTS = frozenset({"presets", "baseline_presets"})
 
 def _agrees(value: object, ref: object, key: str = "") -> bool:
     if key in READING_LISTS and isinstance(value, list):
-        value = [v.split("+")[0] if isinstance(v, str) else v for v in value]
+        value = [reading_preset(v) if isinstance(v, str) else v for v in value]
     if isinstance(value, list) and isinstance(ref, list) and value:
         return all(v in ref for v in value)
     return value == ref
