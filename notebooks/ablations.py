@@ -49,10 +49,9 @@ dense_variants: list[str] = ["dense", "dense-ce-only", "dense-no-bn", "dense-no-
 ldam: bool = True
 presets: list[str] = ["paper", "authors_code"]
 kd_data: list[str] = ["pool", "fresh"]
-server_epochs: int = 4
-steps_per_epoch: int = 3
-batch_size: int = 64
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 4, "steps_per_epoch": 3, "batch_size": 64, "ngf": 32}
 fedcvae_alphas: list[float] = [0.01]
 fedcvae_clients: int = 10
 subsets: list[float] = [0.1, 0.5]
@@ -76,7 +75,7 @@ figures_dir: str = "../figures_interactive/ablations"
 # (`paper`, `authors_code`, `paper+kd_data=fresh`). Table 4's "DENSE" row is the same run as
 # Table 6's (labelled for both); its "DENSE+LDAM" row (`dense+ldam`) runs on clients trained
 # on the same partition with the LDAM loss (`ldam = False` skips them). The server sizes
-# (`server_epochs`, `steps_per_epoch`, `batch_size`, `ngf`) apply to every variant.
+# (`server`: `epochs`, `steps_per_epoch`, `batch_size`, `ngf`) apply to every variant.
 
 # %%
 from ofl_core.clients import LocalTrainConfig
@@ -88,9 +87,8 @@ from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experiment="ablations")
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf)
-variants, t4_dense, ldam_dense = section.dense_methods(dense_variants, presets, kd_data, server)
+variants, t4_dense, ldam_dense = section.dense_methods(dense_variants, presets, kd_data,
+                                                       server_settings(server))
 dense_cells = [("ce", variants, "T6"), ("ce", t4_dense, "T4"),
                ("ldam", ldam_dense if ldam else (), "T4")]
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,

@@ -43,12 +43,10 @@ seeds: list[int] = [1]
 local_epochs: int = 2
 methods: list[str] = ["fedavg", "feddf", "fed-dafl", "fed-adi", "dense", "fedhydra"]
 presets: list[str] = ["paper"]
-server_epochs: int = 3
-steps_per_epoch: int = 2
-batch_size: int = 32
-strat_steps: int = 2
-strat_batch_size: int = 8
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 3, "steps_per_epoch": 2, "batch_size": 32, "ngf": 32, "strat_steps": 2,
+                "strat_batch_size": 8}
 fedcvae_dataset: str = "fmnist_embedded"
 fedcvae_alpha: float = 0.01
 fedcvae_num_clients: list[int] = [5, 10]
@@ -71,9 +69,9 @@ figures_dir: str = "../figures_interactive/client_scaling"
 # **DENSE Table 3 and FedHydra Table 4**: one partition and one set of clients per (m, seed),
 # every method on them once; the records are labelled for DENSE T3 (every method, so FedHydra's
 # row shows beside DENSE's, NaN paper) and for FedHydra T4 (the methods that table prints:
-# FedAvg, FedDF, DENSE, FedHydra). Server sizes (`server_epochs`, `steps_per_epoch`,
-# `batch_size`, `ngf`, FedHydra's stratification steps) apply to every data-free method;
-# `None` keeps each method's paper default; `methods = []` skips this part.
+# FedAvg, FedDF, DENSE, FedHydra). Server sizes (`server`: `epochs`, `steps_per_epoch`,
+# `batch_size`, `ngf`, FedHydra's `strat_steps` / `strat_batch_size`) apply to every data-free
+# method; a size left out keeps each method's paper default; `methods = []` skips this part.
 
 
 # %%
@@ -85,13 +83,10 @@ from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experiment="client_scaling")
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf,
-                         strat_steps=strat_steps, strat_batch_size=strat_batch_size)
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=alpha, num_clients=m,
                              seed=s, local=LocalTrainConfig(arch=arch, epochs=local_epochs),
                              **common),
-            tuple(configure_methods(methods, presets, common=server)),
+            tuple(configure_methods(methods, presets, common=server_settings(server))),
             (Serves("dense", "T3"), Serves("fedhydra", "T4", paper_methods("fedhydra", "T4"))))
         for m in num_clients for s in seeds if methods]
 

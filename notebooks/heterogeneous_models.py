@@ -48,12 +48,10 @@ fedhydra_alphas: list[float] = [0.5]
 fedhydra_2cc: bool = False
 dense_methods: list[str] = ["feddf", "fed-dafl", "fed-adi", "dense"]
 fedhydra_methods: list[str] = ["feddf", "dense", "fedhydra"]
-server_epochs: int = 5
-steps_per_epoch: int = 3
-batch_size: int = 64
-strat_steps: int = 3
-strat_batch_size: int = 8
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 5, "steps_per_epoch": 3, "batch_size": 64, "ngf": 32, "strat_steps": 3,
+                "strat_batch_size": 8}
 fedcvae_datasets: list[str] = ["fmnist_embedded"]
 fedcvae_methods: list[str] = ["fedcvae-ens", "fedcvae-kd"]
 fedcvae_alpha: float = 0.01
@@ -89,19 +87,17 @@ from ofl_core.tables import Run, Serves, run_tables, server_settings
 local_setting, server_setting = heterogeneous_settings(server_arch)
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir,
               experiment="heterogeneous_models")
+no_strat = server_settings(server, stratification=False, student_arch=server_arch)
 hetero = dict(dataset=dataset, local=LocalTrainConfig(epochs=local_epochs), **common,
               setting=server_setting)
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf,
-                         student_arch=server_arch)
-strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
 runs = [Run(ExperimentConfig(partition="dirichlet", alpha=a, num_clients=len(dense_archs),
                              archs=dense_archs, seed=s, **hetero),
-            tuple(configure_methods(dense_methods, common=server)), (Serves("dense", "T2"),),
+            tuple(configure_methods(dense_methods, common=no_strat)), (Serves("dense", "T2"),),
             client_rows=local_setting) for s in seeds for a in dense_alphas]
 runs += [Run(ExperimentConfig(**p, num_clients=len(fedhydra_archs), archs=fedhydra_archs,
                               seed=s, **hetero),
-             tuple(configure_methods(fedhydra_methods, common={**server, **strat})),
+             tuple(configure_methods(fedhydra_methods,
+                                     common=server_settings(server, student_arch=server_arch))),
              (Serves("fedhydra", t),), client_rows=local_setting)
          for s in seeds for p, t in section.fedhydra_partitions(fedhydra_alphas, fedhydra_2cc,
                                                                   dataset)]

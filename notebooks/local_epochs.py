@@ -29,7 +29,7 @@
 # during local training) is not drawn: local training keeps no per-epoch curve.
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
-# E ∈ {1, 5}, a few server epochs of a few generator steps (`server_epochs`,
+# E ∈ {1, 5}, a few server epochs of a few generator steps (`server`'s `epochs`,
 # `steps_per_epoch`) — compare orderings and trends, not exact numbers. `run_all.py --full`
 # injects the papers' settings.
 
@@ -44,12 +44,10 @@ arch: str = "cnn_mnist"
 local_epochs: list[int] = [1, 5]
 fig3_methods: list[str] = ["fedavg", "dense"]
 fig9_methods: list[str] = ["fedavg", "dense", "fedhydra"]
-server_epochs: int = 4
-steps_per_epoch: int = 3
-batch_size: int = 64
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-strat_steps: int = 3
-strat_batch_size: int = 8
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 4, "steps_per_epoch": 3, "batch_size": 64, "ngf": 32, "strat_steps": 3,
+                "strat_batch_size": 8}
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
@@ -60,8 +58,8 @@ figures_dir: str = "../figures_interactive/local_epochs"
 # One experiment per (α, seed, E): the clients are trained once (cached, setting
 # `local_epochs=<E>`) and every method of either figure runs on them once; its records are
 # labelled for DENSE Fig. 3 (`fig3_methods`) and FedHydra Fig. 9 (`fig9_methods`). The server
-# sizes (`server_epochs`, `steps_per_epoch`, `batch_size`, `ngf`, FedHydra's stratification
-# steps) apply to every data-free method; `None` keeps each method's paper default.
+# sizes (`server`: `epochs`, `steps_per_epoch`, `batch_size`, `ngf`, FedHydra's stratification
+# steps) apply to every data-free method; a size left out keeps each method's paper default.
 
 # %%
 from ofl_core.clients import LocalTrainConfig
@@ -70,11 +68,9 @@ from ofl_core.results import record
 from ofl_core.sections import local_epochs as section
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf,
-                         strat_steps=strat_steps, strat_batch_size=strat_batch_size)
 figures = {("dense", "Fig3"): fig3_methods, ("fedhydra", "Fig9"): fig9_methods}
-methods = configure_methods(list(dict.fromkeys(fig3_methods + fig9_methods)), common=server)
+methods = configure_methods(list(dict.fromkeys(fig3_methods + fig9_methods)),
+                            common=server_settings(server))
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
                              num_clients=num_clients, seed=s, device=device, data_root=data_root,
                              cache_dir=cache_dir, experiment="local_epochs",

@@ -26,8 +26,8 @@
 # tables are not in this package (no primary source here), so their rows have no paper cell.
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
-# with few local epochs and a short server (`server_epochs`, `steps_per_epoch`); the papers' numbers
-# come from full datasets, 200 local epochs and 200 server epochs, so expect the ordering of
+# with few local epochs and a short server (`server`'s `epochs`, `steps_per_epoch`); the papers'
+# numbers come from full datasets, 200 local epochs and 200 server epochs, so expect the ordering of
 # methods, not the exact numbers, to match. `run_all.py --full` injects the papers' settings
 # (`notebooks/grids/full/main_tables.yaml`).
 
@@ -44,11 +44,9 @@ local_options: dict = {}  # more LocalTrainConfig fields, e.g. {"batch_size": 64
 methods: list[str] = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "fed-adi", "dense",
            "fedhydra", "ot", "coboosting", "fedlpa", "intactofl"]
 presets: list[str] = ["paper"]
-server_epochs: Optional[int] = 15
-steps_per_epoch: Optional[int] = 10
-batch_size: Optional[int] = 32
-strat_steps: Optional[int] = 3
-strat_batch_size: Optional[int] = 8
+# server sizes as method-config fields (a key left out, or None: each method's paper default)
+server: dict = {"epochs": 15, "steps_per_epoch": 10, "batch_size": 32, "strat_steps": 3,
+                "strat_batch_size": 8}
 fedcvae_dataset: str = "fmnist_embedded"
 fedcvae_alphas: list[float] = [0.01]
 fedcvae_num_clients: int = 10
@@ -70,11 +68,11 @@ figures_dir: str = "../figures_interactive/main_tables"
 # ## The runs, and the tables each one serves
 # DENSE Table 1 and FedHydra Table 1: one partition and one set of clients per (α, seed), every
 # method on them; the same records are labelled for DENSE T1, FedHydra T1 and FedHydra T12
-# (OT fusion's table: MNIST/CIFAR10 cells only). The server sizes (`server_epochs`,
+# (OT fusion's table: MNIST/CIFAR10 cells only). The server sizes (`server`: `epochs`,
 # `steps_per_epoch`, `batch_size`, FedHydra's stratification steps) apply to every data-free
-# method; `None` keeps each method's paper default; `methods = []` skips this part. FedAvg also
-# runs under `baseline_presets` there, on the same clients: `paper` = weighted by n_k (DENSE
-# Eq. 2), `authors_code` = DENSE's code's unweighted mean.
+# method; a size left out keeps each method's paper default; `methods = []` skips this part.
+# FedAvg also runs under `baseline_presets` there, on the same clients: `paper` = weighted by
+# n_k (DENSE Eq. 2), `authors_code` = DENSE's code's unweighted mean.
 # FedCVAE Table 1 has its own partition scheme (`dirichlet_fedcvae`; MNIST/FMNIST at 32 px, 50 %
 # subset) and clients: FedCVAE-Ens/-KD train CVAEs (`cvae_epochs`) and upload decoders and label
 # counts; FedCVAE's FedAvg/FedOneShot train McMahan CNNs (`baseline_local_epochs`). As in the
@@ -94,13 +92,10 @@ from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(device=device, data_root=data_root, cache_dir=cache_dir, experiment="main_tables")
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size,
-                         strat_steps=strat_steps, strat_batch_size=strat_batch_size)
 local = LocalTrainConfig(arch=arch, epochs=local_epochs, **local_options)
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
                              num_clients=num_clients, seed=s, **common, local=local),
-            tuple(configure_methods(methods, presets, common=server,
+            tuple(configure_methods(methods, presets, common=server_settings(server),
                                     method_presets={"fedavg": [*presets, *baseline_presets]})),
             (Serves("dense", "T1"), Serves("fedhydra", "T1", paper_methods("fedhydra", "T1")),
              Serves("fedhydra", "T12", paper_methods("fedhydra", "T12"))))

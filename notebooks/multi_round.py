@@ -52,12 +52,10 @@ dense_local_epochs: int = 2
 fedhydra_partitions: list[Union[float, str]] = [0.1]
 fedhydra_local_epochs: int = 2
 fedhydra_methods: list[str] = ["fedavg", "dense", "fedhydra"]
-server_epochs: int = 4
-steps_per_epoch: int = 3
-batch_size: int = 64
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
-strat_steps: int = 3
-strat_batch_size: int = 8
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 4, "steps_per_epoch": 3, "batch_size": 64, "ngf": 32, "strat_steps": 3,
+                "strat_batch_size": 8}
 device: str = "cpu"
 data_root: Optional[str] = None
 cache_dir: Optional[str] = None
@@ -80,17 +78,15 @@ from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(dataset=dataset, num_clients=num_clients, device=device, data_root=data_root,
               cache_dir=cache_dir, experiment="multi_round")
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf)
-strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
+no_strat = server_settings(server, stratification=False)  # FedHydra's sizes for FedHydra only
 runs = [Run(ExperimentConfig(**section.partition_fields(a), seed=s, **common,
                              local=LocalTrainConfig(arch=arch, epochs=dense_local_epochs)),
-            tuple(configure_methods(["dense"], common=server)), (Serves("dense", "T5"),),
+            tuple(configure_methods(["dense"], common=no_strat)), (Serves("dense", "T5"),),
             rounds=rounds)
         for s in seeds for a in dense_alphas]
 runs += [Run(ExperimentConfig(**section.partition_fields(p), seed=s, **common,
                               local=LocalTrainConfig(arch=arch, epochs=fedhydra_local_epochs)),
-             tuple(configure_methods(fedhydra_methods, common={**server, **strat})),
+             tuple(configure_methods(fedhydra_methods, common=server_settings(server))),
              (section.fedhydra_serves(p),), rounds=rounds)
          for s in seeds for p in fedhydra_partitions]
 

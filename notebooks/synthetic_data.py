@@ -39,11 +39,9 @@ num_clients: int = 5
 seeds: list[int] = [1]
 arch: str = "cnn_mnist"
 local_epochs: int = 10
-server_epochs: int = 5
-steps_per_epoch: int = 5
-batch_size: int = 64
-strat_steps: int = 3
-strat_batch_size: int = 8
+# server sizes as method-config fields (a key left out, or None: each method's paper default)
+server: dict = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 64, "strat_steps": 3,
+                "strat_batch_size": 8}
 num_images: int = 64
 baseline_test_images: int = 1000
 device: str = "cpu"
@@ -63,15 +61,13 @@ from ofl_core.results import record
 from ofl_core.sections import synthetic_data as syn
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, strat_steps=strat_steps,
-                         strat_batch_size=strat_batch_size, num_images=num_images)
 tables = run_tables([
     Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=alpha,
                          num_clients=num_clients, seed=s, device=device, data_root=data_root,
                          cache_dir=cache_dir, experiment="synthetic_data",
                          local=LocalTrainConfig(arch=arch, epochs=local_epochs)),
-        tuple(configure_methods(["dense", "fedhydra"], common=server)),
+        tuple(configure_methods(["dense", "fedhydra"],
+                                common=server_settings(server, num_images=num_images))),
         (Serves("dense", "T1", ("dense",)), Serves("fedhydra", "T1", ("fedhydra",))))
     for s in seeds])
 record(tables.records)

@@ -51,12 +51,10 @@ arch: str = "cnn_mnist"
 local_epochs: int = 10
 methods: list[str] = ["fedavg", "feddf", "dense", "fedhydra"]
 sa_rescale: list[bool] = [False, True]
-server_epochs: int = 5
-steps_per_epoch: int = 5
-batch_size: int = 32
-strat_steps: int = 3
-strat_batch_size: int = 8
-ngf: int = 32  # generator width (quick CPU default); the paper's 64 is in the full grids
+# server sizes as method-config fields (a key left out, or None: each method's paper
+# default); ngf 32 is a quick CPU generator width, the paper's 64 is in the full grids
+server: dict = {"epochs": 5, "steps_per_epoch": 5, "batch_size": 32, "ngf": 32, "strat_steps": 3,
+                "strat_batch_size": 8}
 fig8_alphas: list[float] = [0.1]
 device: str = "cpu"
 data_root: Optional[str] = None
@@ -70,7 +68,7 @@ teacher_regime_full_results: Optional[str] = None
 # %% [markdown]
 # ## The runs
 # One 2c/c partition and one set of clients per seed; every method runs on them and its records
-# fill FedHydra Table 2. The server sizes (`server_epochs`, `steps_per_epoch`, `batch_size`,
+# fill FedHydra Table 2. The server sizes (`server`: `epochs`, `steps_per_epoch`, `batch_size`,
 # `ngf`; FedHydra's stratification steps) apply to every method that has them. Fig. 8 also needs
 # clients on each Dirichlet α of `fig8_alphas`: those runs train (or load) the clients only — no
 # server method, no record.
@@ -87,12 +85,10 @@ from ofl_core.tables import Run, Serves, run_tables, server_settings
 common = dict(dataset=dataset, num_clients=num_clients, local=LocalTrainConfig(
     arch=arch, epochs=local_epochs), device=device, data_root=data_root, cache_dir=cache_dir,
     experiment="two_classes_per_client")
-server = server_settings(epochs=server_epochs, steps_per_epoch=steps_per_epoch,
-                         batch_size=batch_size, kd_batch_size=batch_size, ngf=ngf)
-strat = server_settings(strat_steps=strat_steps, strat_batch_size=strat_batch_size)
 hydra = [("fedhydra", c, section.hydra_label(r)) for r in sa_rescale if "fedhydra" in methods
-         for _, c in configure_methods(["fedhydra"], common={**server, **strat, "sa_rescale": r})]
-others = tuple(configure_methods([m for m in methods if m != "fedhydra"], common=server))
+         for _, c in configure_methods(["fedhydra"], common=server_settings(server, sa_rescale=r))]
+others = tuple(configure_methods([m for m in methods if m != "fedhydra"],
+                                common=server_settings(server, stratification=False)))
 runs = [Run(ExperimentConfig(partition="classes_per_client", alpha=None, seed=s,
                              classes_per_client=classes_per_client, **common),
             others + tuple(hydra), (Serves("fedhydra", "T2"),)) for s in seeds]
@@ -155,7 +151,7 @@ curves = section.fig7_curves(tables, figures_dir,
 
 # %%
 fig8 = section.fig8_ae_vs_sa(
-    tables, strat_steps=strat_steps, strat_batch_size=strat_batch_size,
+    tables, server=server,
     classes_per_client=classes_per_client, figures_dir=figures_dir,
     title=f"FedHydra Fig. 8 on {dataset}: ensemble accuracy on real test data")
 

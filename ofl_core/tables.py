@@ -13,7 +13,7 @@ beside the paper's cells).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,12 +192,25 @@ def _execute(setup: Setup, run: Run, name: str, cfg: Any) -> list[tuple[ResultRe
     return [run_one(setup, name, cfg)]
 
 
-def server_settings(**sizes: Any) -> dict[str, Any]:
-    """A notebook's server sizes as ``configure_methods(common=...)``: ``None`` values (each
-    method's paper default) dropped."""
-    return {k: v for k, v in sizes.items() if v is not None}
+#: the sizes of FedHydra's stratification (Alg. 2): fields of the configs that can stratify
+STRATIFICATION = ("strat_steps", "strat_batch_size")
+
+
+def server_settings(server: Mapping[str, Any] | None = None, *, stratification: bool = True,
+                    **sizes: Any) -> dict[str, Any]:
+    """A notebook's ``server`` parameter (and any further ``sizes``) as
+    ``configure_methods(common=...)``: keys are config fields (``epochs``, ``steps_per_epoch``,
+    ``batch_size``, ``ngf``, ``strat_steps``, ...); a missing key or ``None`` keeps each method's
+    paper default. ``batch_size`` also sizes the distillation batches (``kd_batch_size``)
+    unless that is given too. ``stratification=False`` leaves out :data:`STRATIFICATION`, for
+    methods run beside FedHydra that get no stratification sizes."""
+    merged = {**(server or {}), **sizes}
+    if merged.get("batch_size") is not None:
+        merged.setdefault("kd_batch_size", merged["batch_size"])
+    return {k: v for k, v in merged.items()
+            if v is not None and (stratification or k not in STRATIFICATION)}
 
 
 __all__ = ["MethodSpec", "Run", "Serves", "Tables", "run_tables",
-           "server_settings"]
+           "server_settings", "STRATIFICATION"]
 

@@ -106,13 +106,14 @@ def test_unknown_parameters_and_notebooks_are_rejected():
     ({"local_epochs": True}, "'local_epochs' must be int"),
     ({"alphas": 0.1}, "'alphas' must be a list of float"),
     ({"alphas": [0.1, "x"]}, "'alphas' must be a list of float"),
-    ({"server_epochs": "5"}, "'server_epochs' must be int or null"),
+    ({"server": 5}, "'server' must be dict"),
+    ({"cvae_epochs": "5"}, "'cvae_epochs' must be int or null"),
     ({"data_root": 3}, "'data_root' must be str or null"),
 ])
 def test_grid_values_are_checked_against_the_parameters_types(params, message):
     with pytest.raises(ValueError, match=f"main_tables: (parameter )?{message}"):
         bt.check_parameters(bt.Task("main_tables", params))
-    good = {"local_epochs": 3, "alphas": [1, 0.5], "server_epochs": None, "data_root": "/d"}
+    good = {"local_epochs": 3, "alphas": [1, 0.5], "cvae_epochs": None, "data_root": "/d"}
     bt.check_parameters(bt.Task("main_tables", good))  # ints are floats, None where Optional
 
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .scale import current_names
+
 #: a run id: a plain name (it becomes a file name and an HTML anchor)
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: largest client count and seed a record may name
@@ -116,6 +118,9 @@ def _check_common(d: Any, path: Path, notebooks: set[str]) -> dict:
     for k in ("parameters", "effective_parameters", "machine"):
         if k in d and not isinstance(d[k], dict):
             raise BadRunFile(f"{k} must be a mapping, got {_got(d[k])}")
+    for k in ("parameters", "effective_parameters"):  # a run's old parameter names, as today's
+        if k in d:
+            d[k] = current_names(d[k])
     return d
 
 

@@ -6,17 +6,45 @@ for a list (seeds, α, methods) a non-empty part of the full task's list. Where 
 and which seeds it uses, never change its scale (``device``, ``data_root``, ``cache_dir``,
 ``seeds``). Anything else — the quick defaults, the embedded data, fewer epochs — is reduced
 scale, and the report names the first differences.
+
+Runs made before the notebooks' server sizes became one ``server`` parameter keep the old
+names (:data:`LEGACY_SERVER_SIZES`); :func:`current_names` reads them as today's ``server``, so
+shipped records keep their scale.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..presets import reading_preset
 
 #: parameters that say where or with which seeds a run is, not at what scale
 NOT_SCALE = frozenset({"device", "data_root", "cache_dir", "figures_dir", "seeds"})
+
+
+#: the notebooks' server sizes as they were named before ``server`` held them: old parameter →
+#: key of ``server`` (the methods' config field)
+LEGACY_SERVER_SIZES = {"server_epochs": "epochs", "steps_per_epoch": "steps_per_epoch",
+                       "batch_size": "batch_size", "ngf": "ngf", "strat_steps": "strat_steps",
+                       "strat_batch_size": "strat_batch_size"}
+
+
+def current_names(params: Mapping[str, object]) -> dict:
+    """``params`` of a run with any :data:`LEGACY_SERVER_SIZES` folded into ``server`` (a
+    ``None``, each method's paper default, left out as today's ``server`` leaves it out)."""
+    old = {k: v for k, v in params.items() if k in LEGACY_SERVER_SIZES}
+    if not old:
+        return dict(params)
+    out = {k: v for k, v in params.items() if k not in LEGACY_SERVER_SIZES}
+    server = {LEGACY_SERVER_SIZES[k]: v for k, v in old.items() if v is not None}
+    given = out.get("server")
+    out["server"] = {**server, **(given if isinstance(given, dict) else {})}
+    return out
+
+
+def _set_sizes(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,8 @@ READING_LISTS = frozenset({"presets", "baseline_presets"})
 def _agrees(value: object, ref: object, key: str = "") -> bool:
     if key in READING_LISTS and isinstance(value, list):
         value = [reading_preset(v) if isinstance(v, str) else v for v in value]
+    if isinstance(value, dict) and isinstance(ref, dict):  # ``server``: None = not given
+        return _set_sizes(value) == _set_sizes(ref)
     if isinstance(value, list) and isinstance(ref, list) and value:
         return all(v in ref for v in value)
     return value == ref

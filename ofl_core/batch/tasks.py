@@ -25,6 +25,7 @@ from pathlib import Path
 from ..project import notebook_dir
 from ..results import write_json_atomic
 from .param_types import check_value, literal_default
+from .scale import LEGACY_SERVER_SIZES
 from .yamlfile import load_yaml
 
 
@@ -127,9 +128,13 @@ def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
     known_params = notebook_parameters(path)
     unknown = sorted(set(task.parameters) - set(known_params))
     if unknown:
+        old = [k for k in unknown if k in LEGACY_SERVER_SIZES]
+        hint = (" (the server sizes are one parameter now: server: {"
+                + ", ".join(f"{LEGACY_SERVER_SIZES[k]}: ..." for k in old) + "}, a size left "
+                "out = each method's paper default)" if old and "server" in known_params else "")
         raise ValueError(
             f"notebook {task.notebook!r} has no parameter(s) {unknown}; "
-            f"its parameters are: {', '.join(sorted(known_params))}"
+            f"its parameters are: {', '.join(sorted(known_params))}{hint}"
         )
     reserved = sorted(set(task.parameters) & set(RUNNER_PARAMETERS))
     if reserved:

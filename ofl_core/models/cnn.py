@@ -80,7 +80,23 @@ class CNNCifar(Classifier):
         return torch.flatten(self.conv(x), 1)
 
 
-class CNN1(Classifier):
+class _HiddenFC(Classifier):
+    """A conv stack (``self.conv``), then FC flat→hidden, ReLU, FC hidden→C; features: the
+    hidden FC activation. The layers are made in that order (the same initialisation draws as
+    writing them out in each network)."""
+
+    def _hidden_head(self, flat_dim: int, hidden: int, num_classes: int) -> None:
+        self.flat_dim = flat_dim
+        self.fc1 = nn.Linear(flat_dim, hidden)
+        self.relu = nn.ReLU()
+        self.feature_dim = hidden
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def extract_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.fc1(torch.flatten(self.conv(x), 1)))
+
+
+class CNN1(_HiddenFC):
     """DENSE's "CNN1" for the heterogeneous-model experiment (SPEC §2 ``cnn1``,
     authors' code ``CNNCifar2``).
 
@@ -103,17 +119,10 @@ class CNN1(Classifier):
             nn.ReLU(),
         )
         s = conv_out(conv_out(conv_out(image_size, 3) // 2, 3) // 2, 3)
-        self.flat_dim = 64 * s * s
-        self.fc1 = nn.Linear(self.flat_dim, 64)
-        self.relu = nn.ReLU()
-        self.feature_dim = 64
-        self.fc = nn.Linear(64, num_classes)
-
-    def extract_features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu(self.fc1(torch.flatten(self.conv(x), 1)))
+        self._hidden_head(64 * s * s, 64, num_classes)
 
 
-class McMahanCNN(Classifier):
+class McMahanCNN(_HiddenFC):
     """The CNN of McMahan et al. (2017) as used by FedCVAE for its server classifier and its
     FedAvg/FedOneShot baselines (SPEC §2 ``mcmahan_cnn``).
 
@@ -150,14 +159,7 @@ class McMahanCNN(Classifier):
             nn.MaxPool2d(2, 2),
         )
         s = conv_out(conv_out(image_size, 5) // 2, 5) // 2
-        self.flat_dim = 64 * s * s
-        self.fc1 = nn.Linear(self.flat_dim, 512)
-        self.relu = nn.ReLU()
-        self.feature_dim = 512
-        self.fc = nn.Linear(512, num_classes)
-
-    def extract_features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu(self.fc1(torch.flatten(self.conv(x), 1)))
+        self._hidden_head(64 * s * s, 512, num_classes)
 
 
 class LeNet5(Classifier):

@@ -7,14 +7,16 @@ regime table (:mod:`ofl_core.sections.teacher_regime`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from ..distill.config import TeacherConfig
 from ..distill.stratification import Stratification, block_structure, stratify
 from ..distill.stratified_aggregation import SAEnsemble
 from ..experiment import Setup
@@ -74,22 +76,24 @@ def fig7_curves(tables: Tables, figures_dir: str | os.PathLike, title: str) -> d
     return curves
 
 
-def fig8_ae_vs_sa(tables: Tables, *, strat_steps: int, strat_batch_size: int,
-                  classes_per_client: int, figures_dir: str | os.PathLike,
-                  title: str) -> pd.DataFrame:
+def fig8_ae_vs_sa(tables: Tables, *, server: Mapping[str, Any], classes_per_client: int,
+                  figures_dir: str | os.PathLike, title: str) -> pd.DataFrame:
     """FedHydra Fig. 8: the averaging ensemble (AE, mean logits) vs the stratified-aggregation
     ensemble (SA) on real test data. Every Dirichlet setup of ``tables`` is stratified here
-    (same steps and batch as FedHydra's, seed = the setup's); the 2c/c cells come from
+    with FedHydra's sizes from the notebook's ``server`` (``strat_steps``, ``strat_batch_size``;
+    a missing one: FedHydra's paper default), seed = the setup's; the 2c/c cells come from
     FedHydra's own result extras (one per 2c/c run). Prints and returns the mean over seeds per
     setting (with ``SA − AE``) and saves ``fig8_ae_vs_sa.png``."""
+    steps = server.get("strat_steps") or TeacherConfig.strat_steps
+    batch = server.get("strat_batch_size") or TeacherConfig.strat_batch_size
     rows = []
     for s in tables.setups:
         if not s.cfg.partition.startswith("dirichlet"):
             continue
         models = [build_from_upload(u, s.device) for u in s.uploads]
         ds = s.dataset
-        st = stratify(models, ds.num_classes, ds.channels, ds.image_size, steps=strat_steps,
-                      batch_size=strat_batch_size, seed=s.cfg.seed, device=s.device)
+        st = stratify(models, ds.num_classes, ds.channels, ds.image_size, steps=steps,
+                      batch_size=batch, seed=s.cfg.seed, device=s.device)
         sa = s.context().evaluate(SAEnsemble(models, st.U_r, st.U_c))
         rows.append({"setting": f"α={s.cfg.alpha}", "seed": s.cfg.seed, "AE": s.ensemble_acc,
                      "SA": sa})
