@@ -436,3 +436,21 @@ def test_checkpoint_file_round_trip(tmp_path) -> None:
     buf = io.BytesIO(f.path.read_bytes())
     assert torch.load(buf, weights_only=True)["epoch"] == 3
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("run, cfg", [
+    (run_ens, FedCVAEEnsConfig(num_samples=200, classifier_epochs=3, batch_size=32)),
+    (run_kd, dataclasses.replace(FEDCVAE_KD, kd_epochs=3, classifier_epochs=3)),
+])
+def test_a_resumed_fedcvae_server_counts_the_time_of_its_earlier_parts(fedcvae_tiny, tmp_path,
+                                                                        run, cfg) -> None:
+    """The FedCVAE trainings keep their epochs' seconds in their checkpoints, as the
+    distillation loop does: a run resumed at its end reports what the first run spent (the
+    record's ``wall_time_s`` adds it), not only the seconds of its own last part."""
+    uploads, ctx = fedcvae_tiny["uploads"], fedcvae_tiny["context"]()
+    ck = dataclasses.replace(ctx, cache_dir=tmp_path, checkpoint_every=1)
+    first = run(uploads, cfg, ck)
+    assert first.extras["time_resumed_s"] == 0
+    again = run(uploads, cfg, ck)  # every epoch was done: it resumes at the end
+    assert again.extras["time_resumed_s"] > 0
+    assert_same_result(again, first)

@@ -13,9 +13,20 @@ uninterrupted run (docs/decisions/reliability.md#checkpoints).
 
 from .key import digest, server_payload
 from .resume import ServerCheckpoint, checkpoint_dir, server_checkpoint
-from .state import RNG, Attrs, CheckpointMismatch, GlobalRNG, Items, Stateful, capture, restore
+from .state import (
+    RNG,
+    Attrs,
+    CheckpointMismatch,
+    EpochClock,
+    GlobalRNG,
+    Items,
+    Stateful,
+    capture,
+    restore,
+)
 from .store import CHECKPOINT_FORMAT, CheckpointFile
 
 __all__ = ["CHECKPOINT_FORMAT", "RNG", "Attrs", "CheckpointFile", "CheckpointMismatch",
+           "EpochClock",
            "GlobalRNG", "Items", "ServerCheckpoint", "Stateful", "capture", "checkpoint_dir",
            "digest", "restore", "server_checkpoint", "server_payload"]

@@ -3,7 +3,8 @@
 :class:`~ofl_core.distill.pool.ImagePool` and :class:`~ofl_core.distill.loop.EvalCurve` have
 them), and adapters for what has none: :class:`Attrs` (a method's logs and loop-carried
 values), :class:`Items` (a list filled in place), :class:`RNG` (a ``torch.Generator``) and
-:class:`GlobalRNG` (torch's global CPU and CUDA generators).
+:class:`GlobalRNG` (torch's global CPU and CUDA generators); :class:`EpochClock` keeps the
+seconds a server's epochs took, so that a resumed run counts its earlier parts.
 
 :func:`capture` reads every piece without changing anything (no RNG is drawn);
 :func:`restore` loads them all or, when one does not fit, puts every piece back as it was and
@@ -140,5 +141,20 @@ def restore(pieces: Mapping[str, Stateful], state: Mapping[str, Any]) -> None:
         raise CheckpointMismatch(f"{name}: {e}") from e
 
 
-__all__ = ["RNG", "Attrs", "CheckpointMismatch", "GlobalRNG", "Items", "Stateful", "capture",
-           "restore", "to_device"]
+class EpochClock:
+    """The wall seconds of a server's epochs (their evaluation included), kept in its
+    checkpoint: ``resumed`` is what the earlier, interrupted parts of a resumed run spent."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.resumed = 0.0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.seconds = self.resumed = float(state["seconds"])
+
+
+__all__ = ["RNG", "Attrs", "CheckpointMismatch", "EpochClock", "GlobalRNG", "Items", "Stateful",
+           "capture", "restore", "to_device"]

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ..checkpoint import RNG, GlobalRNG, ServerCheckpoint, Stateful, server_checkpoint
+from ..checkpoint import RNG, EpochClock, GlobalRNG, ServerCheckpoint, Stateful, server_checkpoint
 from ..clients import init_model
 from ..progress import progress_bar
 from ..seeds import derive_seed
@@ -103,21 +103,6 @@ class EvalCurve:
     @property
     def best(self) -> float | None:
         return max(self.curve) if self.curve else None
-
-
-class EpochClock:
-    """The wall seconds of a server's epochs (their evaluation included), kept in its
-    checkpoint: ``resumed`` is what the earlier, interrupted parts of a resumed run spent."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.resumed = 0.0
-
-    def state_dict(self) -> dict[str, float]:
-        return {"seconds": self.seconds}
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        self.seconds = self.resumed = float(state["seconds"])
 
 
 def image_grid(x: torch.Tensor, labels: torch.Tensor | None, n: int = 64

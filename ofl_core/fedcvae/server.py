@@ -34,7 +34,7 @@ from typing import Literal, TypeVar
 import torch
 from torch import nn
 
-from ..checkpoint import server_checkpoint
+from ..checkpoint import EpochClock, server_checkpoint
 from ..models import MODEL_NAMES
 from ..models.cvae import CVAE_VARIANTS, build_decoder, truncated_normal
 from ..presets import check_preset
@@ -229,14 +229,16 @@ def ens_server(uploads: Sequence[ClientUpload], cfg: FedCVAEEnsConfig, ctx: Serv
         z_sampler = truncated_sampler(cfg.trunc_width, cfg.prior_mean, ctx.device)
     gen = torch.Generator().manual_seed(fedcvae_server_seed(seed, 0))
     x, y, _ = sample_client_decoders(decoders, uploads, per_client, z_sampler, gen, ctx.device)
+    clock = EpochClock()
     clf, curve = train_classifier(
         x, y, arch=cfg.classifier_arch, conv_relu=cfg.conv_relu, epochs=cfg.classifier_epochs,
         lr=cfg.classifier_lr, batch_size=cfg.batch_size, ctx=ctx, seed=seed,
         eval_every=cfg.eval_every,
         checkpoint=server_checkpoint(ctx, f"{method}/classifier", uploads, cfg,
                                      cfg.classifier_epochs, seed=seed, data=(x, y)),
+        clock=clock,
     )
-    extras = {"samples_per_client": per_client,
+    extras = {"time_resumed_s": round(clock.resumed, 3), "samples_per_client": per_client,
               "synthetic_class_counts": torch.bincount(y.cpu(), minlength=ctx.num_classes)
               .tolist()}
     return _result(method, cfg.preset, clf, curve, _image_grid(x, y, ctx.num_classes), extras)
@@ -271,6 +273,7 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
     decoders = load_decoders(uploads, ctx, who)
     d = _common_latent_dim(uploads, who)
     extras: dict = {"aggregation": cfg.aggregation}
+    decoder_clock, classifier_clock = EpochClock(), EpochClock()
     if cfg.aggregation == "param_avg":
         variants = sorted({u.arch for u in uploads})
         if len(variants) > 1:
@@ -300,6 +303,7 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
             progress=ctx.progress,
             checkpoint=server_checkpoint(ctx, f"{method}/decoder", uploads, cfg, cfg.kd_epochs,
                                          data=(x_kd, y_kd, z_kd)),
+            clock=decoder_clock,
         )
         extras["samples_per_client"] = per_client
     # Alg. 1 line 9: an IID labelled set from the server decoder, y uniform
@@ -314,7 +318,9 @@ def _kd(uploads: list[ClientUpload], cfg: FedCVAEKDConfig, ctx: ServerContext,
         eval_every=cfg.eval_every,
         checkpoint=server_checkpoint(ctx, f"{method}/classifier", uploads, cfg,
                                      cfg.classifier_epochs, data=(x, y)),
+        clock=classifier_clock,
     )
+    extras["time_resumed_s"] = round(decoder_clock.resumed + classifier_clock.resumed, 3)
     extras["server_decoder"] = {k: v.detach().cpu() for k, v in server.state_dict().items()}
     return _result(method, cfg.preset, clf, curve, _image_grid(x, y, ctx.num_classes), extras)
 
