@@ -66,6 +66,8 @@ def test_scale_is_paper_only_where_every_setting_agrees_with_a_full_grid_task():
     assert run_scale(first, full).paper
     part = {**first, "alphas": [0.1], "seeds": [7], "device": "cpu", "data_root": "/d"}
     assert run_scale(part, full).paper  # part of the grid's lists, other seeds, elsewhere
+    assert run_scale({**first, "alphas": []}, full).paper  # none of a list: runs less
+    assert not run_scale({**first, "alphas": [0.2]}, full).paper
     fewer = {**first, "local_epochs": 20}
     s = run_scale(fewer, full)
     assert not s.paper and "local_epochs=20 (paper 200)" in s.reason

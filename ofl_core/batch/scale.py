@@ -2,7 +2,9 @@
 
 A run is at paper scale when every parameter it runs with (its *effective* parameters,
 defaults included) agrees with one task of the full grid for its notebook: the same value, or
-for a list (seeds, α, methods) a non-empty part of the full task's list. Where the run is,
+for a list (seeds, α, methods) a part of the full task's list — possibly none of it (an empty
+list runs none of that part: ``partition_seeds: []`` makes a FedCVAE Table 2 run without its
+Table 5 runs, each record still at the paper's settings). Where the run is,
 and which seeds it uses, never change its scale (``device``, ``data_root``, ``cache_dir``,
 ``seeds``). Anything else — the quick defaults, the embedded data, fewer epochs — is reduced
 scale, and the report names the first differences.
@@ -75,7 +77,7 @@ def _agrees(value: object, ref: object, key: str = "") -> bool:
         value = [reading_preset(v) if isinstance(v, str) else v for v in value]
     if isinstance(value, dict) and isinstance(ref, dict):  # ``server``: None = not given
         return _set_sizes(value) == _set_sizes(ref)
-    if isinstance(value, list) and isinstance(ref, list) and value:
+    if isinstance(value, list) and isinstance(ref, list):
         return all(v in ref for v in value)
     return value == ref
 
