@@ -35,11 +35,11 @@ LEGACY_SERVER_SIZES = {"server_epochs": "epochs", "steps_per_epoch": "steps_per_
 def current_names(params: Mapping[str, object]) -> dict:
     """``params`` of a run with any :data:`LEGACY_SERVER_SIZES` folded into ``server`` (a
     ``None``, each method's paper default, left out as today's ``server`` leaves it out)."""
-    old = {k: v for k, v in params.items() if k in LEGACY_SERVER_SIZES}
-    if not old:
+    if not LEGACY_SERVER_SIZES.keys() & params.keys():
         return dict(params)
     out = {k: v for k, v in params.items() if k not in LEGACY_SERVER_SIZES}
-    server = {LEGACY_SERVER_SIZES[k]: v for k, v in old.items() if v is not None}
+    server = _set_sizes({LEGACY_SERVER_SIZES[k]: v for k, v in params.items()
+                         if k in LEGACY_SERVER_SIZES})
     given = out.get("server")
     out["server"] = {**server, **(given if isinstance(given, dict) else {})}
     return out
