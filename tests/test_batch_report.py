@@ -16,6 +16,7 @@ from ofl_core.batch.report import RESULTS_DIR, build_report, failed_runs, finish
 from ofl_core.batch.scale import current_names, run_scale
 from ofl_core.batch.scoreboard import verdict
 from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, TaskResult, effective_parameters, load_grid
+from ofl_core.results import paper_results
 
 
 def _rec(method: str, last: float, seed: int = 1, table: str = "T1", alpha: float = 0.1,
@@ -539,3 +540,15 @@ def test_a_report_without_nbconvert_still_reports_the_records(tmp_path, monkeypa
     index = build_report(tmp_path, results=None)
     text = index.read_text()
     assert "nbconvert is not installed" in text and "r5" in text
+
+
+def test_the_summary_counts_each_dataset_and_its_one_seed_cells(tmp_path):
+    _shipped(tmp_path, [_rec("fedavg", 45.5, seed=1), _rec("fedavg", 44.5, seed=2),
+                        _rec("dense", 30.0)])
+    soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    lines = [" ".join(li.text.split()) for li in soup.find(class_="datasets").find_all("li")]
+    fmnist = int((paper_results()["dataset"] == "fmnist").sum())
+    assert lines == [f"FMNIST: 2 of {fmnist} cells at paper scale (0 reproduced, 1 above, "
+                     f"1 below; 0 of these 2 gaps explained; 1 on one seed), "
+                     f"{fmnist - 2} not run"], lines

@@ -32,6 +32,7 @@ from .scoreboard import (
     EXPORT_COLUMNS,
     annotated_frame,
     boards,
+    dataset_summaries,
     entries,
     export_rows,
     further,
@@ -345,6 +346,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                **_figures(out, rep)}
     html = env.get_template("report.html.j2").render(
         runs=runs, fails=fails, boards=boards(ent, unmatched, matched), summary=summary(ent),
+        datasets=dataset_summaries(ent),
         verdict_lines=paper_verdicts(ent), repro={r["run_id"]: r["reproduce"] for r in runs},
         further=_further_html(further(unmatched)), beyond=beyond_table(runs),
         coverage=cov, figures=figures,

@@ -127,6 +127,8 @@ class Summary:
     #: of the judged cells above / below, those that another preset (the authors' code's
     #: reading) reproduces at paper scale
     reproduced_by_other_preset: int = 0
+    #: of the cells run at paper scale, those whose counted entry rests on one seed
+    one_seed: int = 0
 
 
 def annotated_frame(runs: Iterable[dict]) -> pd.DataFrame:
@@ -360,13 +362,16 @@ def paper_verdicts(ent: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summary(ent: pd.DataFrame) -> Summary:
-    """How many of the papers' cells were run at paper scale, at reduced scale only, not at
-    all, and the verdicts of the paper-scale ones (the ``paper`` preset where there is one;
-    a gap that another preset reproduces is counted as such too)."""
-    total = len(_paper_cells())
+def summary(ent: pd.DataFrame, dataset: str | None = None) -> Summary:
+    """How many of the papers' cells (of ``dataset``'s only, if given) were run at paper scale,
+    at reduced scale only, not at all, and the verdicts of the paper-scale ones (the ``paper``
+    preset where there is one; a gap that another preset reproduces is counted as such too)."""
+    cells = _paper_cells()
+    if dataset is not None:
+        cells = cells[cells["dataset"] == dataset]
+        ent = ent[ent["dataset"] == dataset] if not ent.empty else ent
     verdicts = dict.fromkeys(("reproduced", "above", "below"), 0)
-    paper_scale = reduced = explained = other = 0
+    paper_scale = reduced = explained = other = one_seed = 0
     if not ent.empty:
         for _, g in ent.groupby(KEYS, sort=False):
             at_paper = [e for e in g["entry"] if e.paper_scale]
@@ -379,8 +384,19 @@ def summary(ent: pd.DataFrame) -> Summary:
             explained += e.gap is not None and e.gap.explained
             other += e.verdict != "reproduced" and any(
                 o.verdict == "reproduced" for o in at_paper if o.preset != e.preset)
+            one_seed += e.n_seeds == 1
+    total = len(cells)
     return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts,
-                   explained, other)
+                   explained, other, one_seed)
+
+
+def dataset_summaries(ent: pd.DataFrame) -> list[tuple[str, Summary]]:
+    """:func:`summary` per dataset of the papers' tables that has a cell run at any scale,
+    named for readers (``FMNIST``, ``CIFAR-10``, ...), the most-run first."""
+    out = [(DATASET_NAMES.get(d, d), summary(ent, d))
+           for d in dict.fromkeys(_paper_cells()["dataset"])]
+    out = [(name, s) for name, s in out if s.paper_scale + s.reduced_only]
+    return sorted(out, key=lambda item: -item[1].paper_scale)
 
 
 def further(unmatched: pd.DataFrame) -> pd.DataFrame:
