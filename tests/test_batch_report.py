@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
+from ofl_core.batch.coverage import paper_cell_set, planned_cells
 from ofl_core.batch.gaps import load_gaps
 from ofl_core.batch.report import RESULTS_DIR, build_report, failed_runs, finished_runs
 from ofl_core.batch.scale import current_names, run_scale
@@ -530,6 +531,26 @@ def test_the_shipped_grids_runs_are_at_paper_scale_on_the_report(tmp_path):
     soup = BeautifulSoup(build_report(tmp_path, results=RESULTS_DIR).read_text(), "html.parser")
     scales = {rid: soup.find(id=f"run-{rid}").find_all("td")[2].text for rid in made}
     assert all(s.startswith("paper") for s in scales.values()), scales
+
+
+def test_the_shipped_grids_cover_every_fmnist_cell_at_paper_scale():
+    """The grids in results/grids/ plan every FashionMNIST cell of the papers (the datasets
+    this project's CPU runs can load), and every one of their tasks is at paper scale against
+    notebooks/grids/full/: run to the end, they give each FMNIST cell a verdict."""
+    every = paper_cell_set()
+    full: dict[str, list[dict]] = {}
+    for t in load_grid(NOTEBOOK_DIR / "grids" / "full"):
+        full.setdefault(t.notebook, []).append(effective_parameters(t))
+    planned: set = set()
+    for f in sorted((RESULTS_DIR / "grids").glob("*.yaml")):
+        for t in load_grid(f):
+            eff = effective_parameters(t)
+            scale = run_scale(eff, full[t.notebook])
+            assert scale.paper, (f.name, t.parameters, scale.reason)
+            planned |= planned_cells(t.notebook, eff, every)
+    fmnist = {c for c in every if c[2] == "fmnist"}
+    assert fmnist, "paper_results.csv has FashionMNIST cells"
+    assert not fmnist - planned, sorted(fmnist - planned)[:10]
 
 
 def test_a_report_without_nbconvert_still_reports_the_records(tmp_path, monkeypatch):
