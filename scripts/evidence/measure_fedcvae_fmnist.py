@@ -22,6 +22,7 @@ expect about the baselines' time again (not yet timed at full scale).
         [--amp auto|off] [--baselines fedavg]     # off: float32 baseline clients
         [--cvae-amp on|off] [--cvae-kinds fedcvae-kd]  # CVAE clients' precision, which ones
         [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
+        [--cvae-shared-init]                      # every client CVAE from one initialisation
 
 ``--cvae-presets authors_code paper`` runs FedCVAE-Ens/-KD on the authors' code's decoders with
 the paper's server (and the reverse), ``--server-set allocation=equal conv_relu=false`` changes
@@ -84,6 +85,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--server-set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="FedCVAE-Ens/-KD server fields to override, e.g. allocation=equal "
                         "conv_relu=false (values read as JSON where they parse)")
+    p.add_argument("--cvae-shared-init", action="store_true",
+                   help="every client CVAE starts from the same weights (CVAETrainConfig."
+                        "shared_init; the authors' code's Table 6 script sets "
+                        "should_initialize_same=1)")
     p.add_argument("--cvae-amp", choices=["default", "on", "off"], default="default",
                    help="CVAE clients under bfloat16 autocast (on) or in float32 (off); "
                         "default: the library's")
@@ -116,7 +121,8 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
     out = []
     if not args.only_baselines:
         cvae = {"epochs": args.cvae_epochs,
-                **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"})}
+                **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"}),
+                **({"shared_init": True} if args.cvae_shared_init else {})}
         clients, server = args.cvae_presets
         plain = (clients, server) == ("paper", "paper") and not args.server_overrides
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
@@ -174,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
                 server_set = args.server_overrides if kind.startswith("fedcvae") else {}
                 log(event="result", method=name, seed=seed, preset=mcfg.preset,
                     clients=preset, amp=getattr(clients, "amp", None), server_set=server_set,
+                    shared_init=getattr(clients, "shared_init", None),
                     last=last, best=best, curve=res.curve, secs=round(time.perf_counter() - t, 1))
     log(event="done", total_secs=round(time.perf_counter() - t0, 1))
 
