@@ -13,7 +13,13 @@ from bs4 import BeautifulSoup
 
 from ofl_core.batch.coverage import paper_cell_set, planned_cells
 from ofl_core.batch.gaps import load_gaps
-from ofl_core.batch.report import RESULTS_DIR, build_report, failed_runs, finished_runs
+from ofl_core.batch.report import (
+    RESULTS_DIR,
+    _references,
+    build_report,
+    failed_runs,
+    finished_runs,
+)
 from ofl_core.batch.scale import current_names, run_scale
 from ofl_core.batch.scoreboard import verdict
 from ofl_core.batch.tasks import NOTEBOOK_DIR, Task, TaskResult, effective_parameters, load_grid
@@ -538,9 +544,7 @@ def test_the_shipped_grids_cover_every_fmnist_cell_at_paper_scale():
     this project's CPU runs can load), and every one of their tasks is at paper scale against
     notebooks/grids/full/: run to the end, they give each FMNIST cell a verdict."""
     every = paper_cell_set()
-    full: dict[str, list[dict]] = {}
-    for t in load_grid(NOTEBOOK_DIR / "grids" / "full"):
-        full.setdefault(t.notebook, []).append(effective_parameters(t))
+    full = _references()  # the report's own paper-scale references
     planned: set = set()
     for f in sorted((RESULTS_DIR / "grids").glob("*.yaml")):
         for t in load_grid(f):

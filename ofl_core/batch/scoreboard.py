@@ -367,9 +367,13 @@ def summary(ent: pd.DataFrame, dataset: str | None = None) -> Summary:
     at reduced scale only, not at all, and the verdicts of the paper-scale ones (the ``paper``
     preset where there is one; a gap that another preset reproduces is counted as such too)."""
     cells = _paper_cells()
-    if dataset is not None:
-        cells = cells[cells["dataset"] == dataset]
-        ent = ent[ent["dataset"] == dataset] if not ent.empty else ent
+    if dataset is None:
+        return _summary(ent, len(cells))
+    return _summary(ent[ent["dataset"] == dataset] if not ent.empty else ent,
+                    int((cells["dataset"] == dataset).sum()))
+
+
+def _summary(ent: pd.DataFrame, total: int) -> Summary:
     verdicts = dict.fromkeys(("reproduced", "above", "below"), 0)
     paper_scale = reduced = explained = other = one_seed = 0
     if not ent.empty:
@@ -385,7 +389,6 @@ def summary(ent: pd.DataFrame, dataset: str | None = None) -> Summary:
             other += e.verdict != "reproduced" and any(
                 o.verdict == "reproduced" for o in at_paper if o.preset != e.preset)
             one_seed += e.n_seeds == 1
-    total = len(cells)
     return Summary(total, paper_scale, reduced, total - paper_scale - reduced, verdicts,
                    explained, other, one_seed)
 
@@ -393,8 +396,10 @@ def summary(ent: pd.DataFrame, dataset: str | None = None) -> Summary:
 def dataset_summaries(ent: pd.DataFrame) -> list[tuple[str, Summary]]:
     """:func:`summary` per dataset of the papers' tables that has a cell run at any scale,
     named for readers (``FMNIST``, ``CIFAR-10``, ...), the most-run first."""
-    out = [(DATASET_NAMES.get(d, d), summary(ent, d))
-           for d in dict.fromkeys(_paper_cells()["dataset"])]
+    sizes = _paper_cells()["dataset"].value_counts(sort=False)  # one read of the paper's cells
+    out = [(DATASET_NAMES.get(d, d),
+            _summary(ent[ent["dataset"] == d] if not ent.empty else ent, int(n)))
+           for d, n in sizes.items()]
     out = [(name, s) for name, s in out if s.paper_scale + s.reduced_only]
     return sorted(out, key=lambda item: -item[1].paper_scale)
 
