@@ -164,3 +164,21 @@ def test_plot_accuracy_vs() -> None:
     assert labels == ["a (ours)", "a (paper)", "b (ours)"]  # b has no paper value: no line
     colours = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
     assert colours["a (ours)"] == colours["a (paper)"] != colours["b (ours)"]
+
+
+def test_fedcvae_fedavg_is_weighted_by_client_sizes_under_both_presets() -> None:
+    """FedCVAE's code weights its FedAvg by n_k; FedAvg's own ``authors_code`` preset (DENSE's
+    code) does not, so FedCVAE's runs switch it on and leave every other config untouched."""
+    from ofl_core.experiment import configure_methods
+    from ofl_core.sections.fedcvae_runs import fedcvae_runs, fedcvae_weighting
+
+    methods = configure_methods(["fedavg", "fedoneshot"], ["paper", "authors_code"])
+    assert [getattr(c, "weighted", None) for n, c in methods if n == "fedavg"] == [True, False]
+    runs = fedcvae_runs(config(), methods, [])
+    ran = [m for r in runs for m in r.methods]
+    assert sorted((n, c.preset, c.weighted) for n, c, *_ in ran if n == "fedavg") == [
+        ("fedavg", "authors_code", True), ("fedavg", "paper", True)]
+    kept = [m for m in methods if not (m[0] == "fedavg" and m[1].preset == "authors_code")]
+    assert all(fedcvae_weighting(m)[1] is m[1] for m in kept)
+    assert {c for n, c, *_ in ran if n == "fedoneshot"} == {c for n, c in methods
+                                                            if n == "fedoneshot"}

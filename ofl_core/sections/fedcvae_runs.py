@@ -11,7 +11,8 @@ FedCVAE's clients train CVAEs and upload decoders plus label counts
   FedCVAE-Ens/-KD, McMahan CNNs for its FedAvg/FedOneShot).
 - :func:`fedcvae_runs`: FedCVAE-table methods as table runs, grouped by the client training
   they need, all on one partition (``partition_seed``: FedCVAE Tables 1/2 vary the
-  initialisation seed on one partition, Table 5 the partition).
+  initialisation seed on one partition, Table 5 the partition); FedAvg weighted by n_k under
+  both presets, as FedCVAE's code averages (:func:`fedcvae_weighting`).
 - :func:`run_fedcvae_experiment`: the same, run at once (records, results, setups).
 - :func:`run_security`: the security-shift experiment (Fig. 5) as result records.
 
@@ -49,6 +50,7 @@ __all__ = [
     "client_config",
     "fedcvae_data_settings",
     "fedcvae_runs",
+    "fedcvae_weighting",
     "run_fedcvae_experiment",
     "run_security",
 ]
@@ -101,6 +103,20 @@ def client_config(method: str, dataset: str, preset: str = "paper",
                      f"{', '.join([*DECODER_METHODS, *BASELINE_METHODS])}")
 
 
+def fedcvae_weighting(method: Sequence[Any]) -> tuple[Any, ...]:
+    """A FedCVAE-table method as it runs: FedAvg averages weighted by n_k under every preset.
+
+    FedCVAE's code weights its FedAvg by the users' data amounts (``servers/server_fed_avg.py``
+    calls ``average_weights(models, data_amts=...)``), as the paper's FedAvg does; FedAvg's
+    ``authors_code`` preset elsewhere is DENSE's code's unweighted mean, which is not FedCVAE's.
+    ``method``: a (name, config) pair or (name, config, preset label) triple, returned as is
+    (the same config object) unless it is an unweighted FedAvg.
+    """
+    if method[0] == "fedavg" and getattr(method[1], "weighted", True) is False:
+        return (method[0], dataclasses.replace(method[1], weighted=True), *method[2:])
+    return tuple(method)
+
+
 def fedcvae_runs(
     experiment: ExperimentConfig, methods: Sequence[Sequence[Any]], serves: Sequence[Serves], *,
     cvae: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
@@ -110,12 +126,13 @@ def fedcvae_runs(
     they need (:func:`client_config`: decoders with Table 4's d for FedCVAE-Ens/-KD, McMahan
     CNNs for FedAvg/FedOneShot; ``cvae``/``local`` field overrides), all on one partition
     (``partition_seed``, else the experiment's seed). ``methods``: (name, config) pairs, or
-    (name, config, preset label) triples."""
+    (name, config, preset label) triples; FedAvg runs weighted by n_k under every preset
+    (:func:`fedcvae_weighting`)."""
     groups: dict[Any, list[Any]] = {}
-    for m in methods:
+    for m in map(fedcvae_weighting, methods):
         ccfg = client_config(m[0], experiment.dataset, getattr(m[1], "preset", "paper"), cvae,
                              local)
-        groups.setdefault(ccfg, []).append(tuple(m))
+        groups.setdefault(ccfg, []).append(m)
     return [Run(experiment, tuple(ms), tuple(serves), clients=c, partition_seed=partition_seed)
             for c, ms in groups.items()]
 
@@ -134,7 +151,8 @@ def run_fedcvae_experiment(
     ``"<name>/<preset>"`` when a name repeats). Records of decoder-based methods carry
     ``ensemble_acc = None`` (no client classifiers to ensemble).
     """
-    pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
+    pairs = [fedcvae_weighting(p) for p in (methods.items() if isinstance(methods, Mapping)
+                                            else methods)]
     keys = [method_key(n, c, [m for m, _ in pairs]) for n, c in pairs]
     ds = dataset if dataset is not None else load_experiment_data(cfg)
     out: dict[int, tuple[ResultRecord, ServerResult, Setup]] = {}
