@@ -45,7 +45,8 @@ Commands (one thread each; PUBLIC and OUT outside the checkout):
         [--epochs fedcvaeens=5 fedcvaekd=5 fedavg=2 oneshot=3]
     PYTHONPATH=. python scripts/evidence/compare_fedcvae_public.py table --out OUT
 
-MIRROR, a bare git copy of the public code: ``git clone --bare https://github.com/ceh-2000/fed_cvae MIRROR``.
+MIRROR, a bare git copy of the public code:
+``git clone --bare https://github.com/ceh-2000/fed_cvae MIRROR``.
 """
 
 from __future__ import annotations
