@@ -182,3 +182,33 @@ def test_fedcvae_fedavg_is_weighted_by_client_sizes_under_both_presets() -> None
     assert all(fedcvae_weighting(m)[1] is m[1] for m in kept)
     assert {c for n, c, *_ in ran if n == "fedoneshot"} == {c for n, c in methods
                                                             if n == "fedoneshot"}
+
+
+def test_table8_noise_runs_per_preset_and_mode() -> None:
+    """Table 8's runs: the text's decoders under each noise mode (variance = ``paper``, std =
+    ``label_noise=std``), the code's decoders and server with std noise (``authors_code``);
+    γ = 0 is one exact-count run per preset, filed as Table 1."""
+    from ofl_core.sections.cvae_security_shift import noise_runs
+
+    base = config(partition="dirichlet_fedcvae", alpha=0.01, num_clients=10)
+    runs = noise_runs(base, [1], [0.0, 0.1], ["variance", "std"], ["fedcvae-ens"], alpha=0.01,
+                      partition_seed=1693, cvae_epochs=None, sizes={},
+                      presets=["paper", "authors_code"])
+    got = [(r.serves[0].table, r.methods[0][2], r.methods[0][1].preset, r.clients.preset,
+            r.clients.label_noise_gamma, r.clients.label_noise) for r in runs]
+    assert got == [
+        ("T1", "paper", "paper", "paper", 0.0, "variance"),
+        ("T1", "authors_code", "authors_code", "authors_code", 0.0, "std"),
+        ("T8", "paper", "paper", "paper", 0.1, "variance"),
+        ("T8", "label_noise=std", "paper", "paper", 0.1, "std"),
+        ("T8", "authors_code", "authors_code", "authors_code", 0.1, "std"),
+    ]
+    assert {r.experiment.seed for r in runs} == {1} and {r.partition_seed for r in runs} == {1693}
+    # the code's decoders are the code's client CVAE (its encoder does not see the label)
+    assert [r.clients.condition_encoder for r in runs[:2]] == [True, False]
+    only_paper = noise_runs(base, [1], [0.1], ["variance"], ["fedcvae-ens"], alpha=0.01,
+                            partition_seed=1693, cvae_epochs=None, sizes={})
+    assert [r.methods[0][2] for r in only_paper] == ["paper"]
+    with pytest.raises(ValueError, match="'paper' and 'authors_code'"):
+        noise_runs(base, [1], [0.1], ["std"], ["fedcvae-ens"], alpha=0.01, partition_seed=1693,
+                   cvae_epochs=None, sizes={}, presets=["label_noise=std"])

@@ -23,13 +23,17 @@ expect about the baselines' time again (not yet timed at full scale).
         [--cvae-amp on|off] [--cvae-kinds fedcvae-kd]  # CVAE clients' precision, which ones
         [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
         [--cvae-shared-init]                      # every client CVAE from one initialisation
+        [--label-noise GAMMA MODE]                # Table 8: noise on the uploaded label counts
 
 ``--cvae-presets authors_code paper`` runs FedCVAE-Ens/-KD on the authors' code's decoders with
 the paper's server (and the reverse), ``--server-set allocation=equal conv_relu=false`` changes
 single server fields on top: this separates which of the code's differences moves a number
 (client CVAE: the encoder without the label; server: proportional allocation, no ReLU after
 the classifier's convolutions). The decoders come from the client cache when a run trained
-them before (e.g. the shipped Table 1 runs).
+them before (e.g. the shipped Table 1 runs). ``--label-noise 0.1 std`` adds Table 8's noise
+ε_c ~ N(0, γ·n_k) to the uploaded class counts (MODE ``variance``: γ·n_k is the variance, as
+the paper says; ``std``: its standard deviation); the noise is drawn at upload, so the same
+cached decoders serve every γ.
 
 The partition seed is fixed at 1693 (the authors' data_seed); SEED is the model/training seed,
 as in the paper's "seeded parameter initializations". The shipped measurements use 1693 1588
@@ -89,6 +93,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="every client CVAE starts from the same weights (CVAETrainConfig."
                         "shared_init; the authors' code's Table 6 script sets "
                         "should_initialize_same=1)")
+    p.add_argument("--label-noise", nargs=2, metavar=("GAMMA", "MODE"), default=None,
+                   help="Table 8's label-count noise on the decoders' uploads: γ and "
+                        "variance|std")
     p.add_argument("--cvae-amp", choices=["default", "on", "off"], default="default",
                    help="CVAE clients under bfloat16 autocast (on) or in float32 (off); "
                         "default: the library's")
@@ -99,6 +106,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "notebooks' default) or in float32 (off)")
     args = p.parse_args(argv)
     args.server_overrides = server_overrides(p, args.server_set)
+    args.noise = {}
+    if args.label_noise is not None:
+        gamma, mode = args.label_noise
+        try:
+            g = float(gamma)
+        except ValueError:
+            g = -1.0
+        if g < 0 or mode not in ("variance", "std"):
+            p.error("--label-noise takes GAMMA MODE: a number >= 0 and variance or std "
+                    f"(got {gamma} {mode})")
+        args.noise = {"label_noise_gamma": g, "label_noise": mode}
     return args
 
 
@@ -122,7 +140,7 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
     if not args.only_baselines:
         cvae = {"epochs": args.cvae_epochs,
                 **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"}),
-                **({"shared_init": True} if args.cvae_shared_init else {})}
+                **({"shared_init": True} if args.cvae_shared_init else {}), **args.noise}
         clients, server = args.cvae_presets
         plain = (clients, server) == ("paper", "paper") and not args.server_overrides
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
@@ -181,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
                 log(event="result", method=name, seed=seed, preset=mcfg.preset,
                     clients=preset, amp=getattr(clients, "amp", None), server_set=server_set,
                     shared_init=getattr(clients, "shared_init", None),
+                    label_noise=[getattr(clients, "label_noise_gamma", None),
+                                 getattr(clients, "label_noise", None)],
                     last=last, best=best, curve=res.curve, secs=round(time.perf_counter() - t, 1))
     log(event="done", total_secs=round(time.perf_counter() - t0, 1))
 
