@@ -24,6 +24,7 @@ expect about the baselines' time again (not yet timed at full scale).
         [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
         [--cvae-shared-init]                      # every client CVAE from one initialisation
         [--label-noise GAMMA MODE]                # Table 8: noise on the uploaded label counts
+        [--subset FRACTION]                       # Table 7: the share of the training set
 
 ``--cvae-presets authors_code paper`` runs FedCVAE-Ens/-KD on the authors' code's decoders with
 the paper's server (and the reverse), ``--server-set allocation=equal conv_relu=false`` changes
@@ -93,6 +94,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="every client CVAE starts from the same weights (CVAETrainConfig."
                         "shared_init; the authors' code's Table 6 script sets "
                         "should_initialize_same=1)")
+    p.add_argument("--subset", type=float, default=0.5,
+                   help="fraction of the training set the clients share (Table 7: 0.05, 0.1, "
+                        "0.25, 0.5; FedCVAE's default 0.5)")
     p.add_argument("--label-noise", nargs=2, metavar=("GAMMA", "MODE"), default=None,
                    help="Table 8's label-count noise on the decoders' uploads: γ and "
                         "variance|std")
@@ -106,6 +110,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "notebooks' default) or in float32 (off)")
     args = p.parse_args(argv)
     args.server_overrides = server_overrides(p, args.server_set)
+    if not 0 < args.subset <= 1:
+        p.error(f"--subset takes a fraction in (0, 1] (got {args.subset})")
     args.noise = {}
     if args.label_noise is not None:
         gamma, mode = args.label_noise
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     out = open(os.environ.get("OFL_MEASURE_OUT", "fedcvae_fmnist_results.jsonl"), "a")
 
     def log(**kw: object) -> None:
-        line = json.dumps({"alpha": args.alpha, **kw})
+        line = json.dumps({"alpha": args.alpha, "subset": args.subset, **kw})
         print(line, flush=True)
         out.write(line + "\n")
         out.flush()
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     ds = load_dataset("fmnist").resized(32)
     part = make_partition(ds.y_train.numpy(), 10, "dirichlet_fedcvae", alpha=args.alpha,
-                          seed=PARTITION_SEED, subset=0.5)
+                          seed=PARTITION_SEED, subset=args.subset)
     log(event="data", sizes=part.sizes.tolist(), secs=round(time.perf_counter() - t0, 1))
     cache = UploadCache()
     for seed in args.seeds:
