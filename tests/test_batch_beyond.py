@@ -10,6 +10,7 @@ from bs4 import BeautifulSoup
 
 from ofl_core.batch.beyond import beyond_table, later_methods
 from ofl_core.batch.report import build_report
+from ofl_core.batch.scale import Scale
 from ofl_core.batch.tasks import Task, effective_parameters
 from ofl_core.registry import METHODS
 from ofl_core.results import paper_results
@@ -83,3 +84,38 @@ def test_only_the_clients_a_later_method_used_and_its_notes_reach_the_table(tmp_
 
 def test_no_table_without_a_later_method() -> None:
     assert beyond_table([]) is None
+
+
+def _prepared(run_id: str, records: list[dict], grid: str | None, **params) -> dict:
+    """A run as the report prepares it: its records, effective parameters, scale and the
+    shipped grid file that holds its task (None: not a shipped grid's task)."""
+    return {"run_id": run_id, "notebook": "main_tables", "href": None, "records": records,
+            "effective": {**effective_parameters(Task("main_tables")), **params},
+            "scale": Scale(True), "reproduce": {"grid": grid}}
+
+
+def test_two_shipped_grids_on_the_same_clients_share_a_column() -> None:
+    # the paper's methods shipped by one grid file, a later method by another, on the same
+    # clients (same setting, seed and ensemble); the older records name no clients' code
+    old = {k: v for k, v in _rec("dense", 60.0).items() if k != "client_code"}
+    runs = [_prepared("a", [old], "results/grids/t1.yaml", local_epochs=2),
+            _prepared("b", [_rec("fedlpa", 50.0)], "results/grids/later.yaml", local_epochs=2),
+            # the same setting at quick scale, from no shipped grid: a column of its own
+            _prepared("c", [_rec("dense", 30.0), _rec("fedlpa", 20.0)], None, local_epochs=2)]
+    runs[2]["scale"] = Scale(False, "server epochs")
+    table = beyond_table(runs)
+    assert table is not None and len(table.columns) == 2
+    shipped = next(i for i, c in enumerate(table.columns) if "t1.yaml" in c)
+    assert "results/grids/later.yaml" in table.columns[shipped]
+    rows = dict(table.rows)
+    assert rows["dense"][shipped] == "60.00 (n=1)" and rows["fedlpa"][shipped] == "50.00 (n=1)"
+    assert rows["dense"][1 - shipped] == "30.00 (n=1)"
+
+
+def test_an_older_record_joins_only_clients_it_matches() -> None:
+    # no clients' code and another clients' ensemble: other clients, not this column's
+    other = {k: v for k, v in _rec("dense", 99.0, ensemble=71.5).items() if k != "client_code"}
+    runs = [_prepared("a", [other], "results/grids/t1.yaml", local_epochs=2),
+            _prepared("b", [_rec("fedlpa", 50.0)], "results/grids/later.yaml", local_epochs=2)]
+    rows = dict(beyond_table(runs).rows)
+    assert "dense" not in rows and rows["fedlpa"] == ["50.00 (n=1)"]

@@ -7,8 +7,8 @@ epochs and options, the partition, α, m, the seed, the clients' code version, a
 logit-ensemble accuracy (a fingerprint: two client sets that differ anywhere give another
 ensemble). Only client sets that hold a record of such a method count, so a method's number
 here is always on the clients its neighbours used; a column is one setting (everything but the
-seed) from one origin (the shipped grid that holds its runs' task, else the runs' scale), each
-cell the mean over its client sets' seeds.
+seed) from one origin (the shipped grids, whichever of their files holds a run's task, else the
+runs' scale), each cell the mean over its client sets' seeds.
 
 A method's ``notes`` (its spec's ``recorded`` extras) add rows and lines: an ``acc_*`` note is
 a second model's accuracy (FedLPA's closed form ``acc_biased``, shown as its own row); the
@@ -29,6 +29,8 @@ from .scoreboard import DATASET_NAMES, annotated_frame, ensemble_fingerprint
 
 #: the client set's identity, beyond the record's own keys (from the run's parameters)
 RUN_KEYS = ("arch", "local_epochs", "local_options")
+#: the origin of every record from a grid file shipped in ``results/grids``
+SHIPPED = "shipped grids"
 SETTING = ("dataset", "data_source", "arch", "local_epochs", "local_options", "partition",
            "akey", "num_clients", "client_code", "origin")
 
@@ -59,14 +61,23 @@ def _frame(runs: Iterable[dict]) -> pd.DataFrame:
     per_run = {r["run_id"]: r.get("effective", {}) for r in runs}
     for key in RUN_KEYS:
         df[key] = [_text(per_run.get(rid, {}).get(key, "")) for rid in df["run_id"]]
-    # where a run comes from: the shipped grid that holds its task, else its scale (a setting
-    # no paper prints has no paper scale to be judged by)
-    grid = {r["run_id"]: (r.get("reproduce") or {}).get("grid") for r in runs}
-    df["origin"] = [grid.get(rid) or scale for rid, scale in zip(df["run_id"], df["scale"],
-                                                                 strict=True)]
+    # where a run comes from: the shipped grids (one origin, whichever grid file holds the
+    # task: the records of two shipped grids on the very same clients share a column), else
+    # its scale (a setting no paper prints has no paper scale to be judged by)
+    grid = {r["run_id"]: (r.get("reproduce") or {}).get("grid") or "" for r in runs}
+    df["grid"] = [grid.get(rid, "") for rid in df["run_id"]]
+    df["origin"] = [SHIPPED if g else scale for g, scale in zip(df["grid"], df["scale"],
+                                                                strict=True)]
     df["data_source"] = df["data_source"].fillna("").astype(str)
     df["client_code"] = df["client_code"].fillna("").astype(str)
     df["fingerprint"] = ensemble_fingerprint(df)
+    # records older than the clients' code version carry none: where the records of the same
+    # setting, seed and clients' ensemble name one code version, they are the same clients
+    same = df[[k for k in SETTING if k not in ("client_code", "origin")]
+              + ["seed", "fingerprint"]].astype(str).agg("|".join, axis=1)
+    named = df.loc[df["client_code"] != ""].groupby(same)["client_code"].unique()
+    df["client_code"] = [code or (named[k][0] if k in named and len(named[k]) == 1 else "")
+                         for code, k in zip(df["client_code"], same, strict=True)]
     return df
 
 
@@ -76,13 +87,13 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _label(s: pd.Series) -> str:
+def _label(s: pd.Series, grids: list[str]) -> str:
     parts = [DATASET_NAMES.get(s["dataset"], s["dataset"]), s["arch"], f"m={s['num_clients']}"]
     parts.append(f"α={s['akey']}" if s["akey"] != "" else str(s["partition"]))
     parts.append(f"{s['local_epochs']} local ep.")
     if s["local_options"]:
         parts.append(s["local_options"])
-    return " · ".join(parts) + f" · {s['origin']}"
+    return " · ".join(parts) + " · " + (", ".join(grids) if grids else s["origin"])
 
 
 def _cell(values: pd.Series) -> str:
@@ -153,7 +164,8 @@ def beyond_table(runs: Iterable[dict]) -> BeyondTable | None:
     settings = df.drop_duplicates("setting_key").sort_values(
         ["origin", "dataset", "arch", "num_clients", "local_epochs", "akey"], kind="stable")
     keys = list(settings["setting_key"])
-    labels = {s["setting_key"]: _label(s) for _, s in settings.iterrows()}
+    grids = {k: sorted(set(g) - {""}) for k, g in df.groupby("setting_key")["grid"]}
+    labels = {s["setting_key"]: _label(s, grids[s["setting_key"]]) for _, s in settings.iterrows()}
     rows = []
     for name, g in _method_rows(df):
         rows.append((name, [_cell(g.loc[g["setting_key"] == k, "last_acc"]) for k in keys]))
