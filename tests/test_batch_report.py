@@ -19,6 +19,7 @@ from ofl_core.batch.report import (
     build_report,
     failed_runs,
     finished_runs,
+    shipped_runs,
 )
 from ofl_core.batch.scale import current_names, run_scale
 from ofl_core.batch.scoreboard import verdict
@@ -577,3 +578,16 @@ def test_the_summary_counts_each_dataset_and_its_one_seed_cells(tmp_path):
     assert lines == [f"FMNIST: 2 of {fmnist} cells at paper scale (0 reproduced, 1 above, "
                      f"1 below; 0 of these 2 gaps explained; 1 on one seed), "
                      f"{fmnist - 2} not run"], lines
+
+
+def test_the_results_readme_lists_each_shipped_run_once_and_nothing_else():
+    """results/README.md holds one row per shipped record (its task, commit, machine and cost):
+    a record without a row has no provenance on file, a row without its record is stale (a
+    replaced run's row left behind)."""
+    rows = re.findall(r"^\| `([\w-]+/\w+\.json)` \|", (RESULTS_DIR / "README.md").read_text(),
+                      flags=re.M)
+    shipped = sorted(f"{r['notebook']}/{r['run_id']}.json" for r in shipped_runs(RESULTS_DIR))
+    assert shipped, "the project ships paper-scale records"
+    assert len(rows) == len(set(rows)), sorted({r for r in rows if rows.count(r) > 1})
+    assert sorted(set(shipped) - set(rows)) == [], "records without a README row"
+    assert sorted(set(rows) - set(shipped)) == [], "README rows without their record"
