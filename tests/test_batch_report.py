@@ -339,6 +339,10 @@ def test_a_gap_shows_its_explanation_for_the_presets_it_names(tmp_path):
     assert "3 run at paper scale (1 reproduced, 1 above, 1 below; 1 of these 2 gaps explained)" \
         in summary
     assert "authors_code" not in summary  # the authors_code entry is below too
+    # the α = 0.5 entry explains a cell that reproduces: a stale entry, listed as a problem
+    stale = [li.text for li in soup.find(id="problems").find_next("ul").find_all("li")]
+    assert len(stale) == 1 and "gaps.yaml" in stale[0], stale
+    assert "entry 2 (dense T1 fmnist dense α=0.5)" in stale[0]
 
 
 def test_the_summary_counts_gaps_that_another_reading_reproduces(tmp_path):
@@ -378,6 +382,15 @@ def test_bad_gap_files_get_a_clear_error(tmp_path, text, message):
 def test_the_shipped_gap_explanations_name_real_cells_and_sections():
     gaps = load_gaps(RESULTS_DIR / "gaps.yaml")  # also checks every anchor exists
     assert gaps and all(g.why and g.see for g in gaps)
+
+
+def test_every_shipped_gap_explanation_is_shown_on_the_report(tmp_path):
+    """Each entry of results/gaps.yaml explains a cell the report built from this checkout
+    shows above or below the paper: none is left over from records that since reproduce."""
+    soup = BeautifulSoup(build_report(tmp_path, results=RESULTS_DIR).read_text(), "html.parser")
+    head = soup.find(id="problems")
+    stale = [li.text for li in head.find_next("ul").find_all("li")] if head else []
+    assert not [s for s in stale if s.startswith("gaps.yaml")], stale
 
 
 def test_a_gap_anchor_is_checked_against_the_given_docs(tmp_path):

@@ -15,7 +15,7 @@ paper's number, with a link to each section, and says so where a gap has no expl
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +159,23 @@ def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list
 def find_gap(gaps: Sequence[Gap], cell: dict, preset: str) -> Gap | None:
     """The first explanation of ``cell`` under ``preset``, or None."""
     return next((g for g in gaps if g.explains(cell, preset)), None)
+
+
+def unused_gaps(gaps: Sequence[Gap], shown: Iterable[Gap | None]) -> list[str]:
+    """One line for each entry of ``gaps`` that is not among ``shown`` (the explanations the
+    scoreboard gives its ▲/▼ entries): a stale entry, whose cell now reproduces or was never
+    run under its presets, or one shadowed by an earlier entry for the same cell."""
+    used = {id(g) for g in shown if g is not None}
+    out = []
+    for i, g in enumerate(gaps, 1):
+        if id(g) in used:
+            continue
+        where = " ".join(x for x in (g.paper, g.table, g.dataset, g.method,
+                                     f"α={g.akey}" if g.akey else "", g.setting or "",
+                                     f"m={g.num_clients}" if g.num_clients else "",
+                                     g.partition or "") if x)
+        presets = f" under {', '.join(g.presets)}" if g.presets else ""
+        out.append(f"entry {i} ({where}{presets}) explains no cell the scoreboard shows above "
+                   "or below the paper: the cell reproduces now, has no record under these "
+                   "presets, or an earlier entry explains it; rewrite the entry or remove it")
+    return out

@@ -24,7 +24,7 @@ from ..project import project_dir
 from ..taxonomy import taxonomy_frame
 from .beyond import beyond_table
 from .coverage import coverage, paper_cell_set, planned_cells
-from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps
+from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps, unused_gaps
 from .runfiles import BadRunFile, check_failure, check_run, read_json
 from .runpages import page_header, shipped_grids, write_reproducer
 from .scale import run_scale
@@ -335,6 +335,8 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
         except ValueError as e:  # the scoreboard without explanations, the file listed
             problems.append({"file": (results / "gaps.yaml").name, "error": str(e)})
     ent = entries(matched, gaps)
+    problems += [{"file": "gaps.yaml", "error": e}
+                 for e in unused_gaps(gaps, [x.gap for x in ent.get("entry", ())])]
     every = paper_cell_set()
     cov = coverage([planned_cells(t.notebook, effective_parameters(t), every)
                     for t in load_grid(FULL_GRID)])
