@@ -384,11 +384,17 @@ def test_the_shipped_gap_explanations_name_real_cells_and_sections():
     assert gaps and all(g.why and g.see for g in gaps)
 
 
-def test_every_shipped_gap_explanation_is_shown_on_the_report(tmp_path):
+@pytest.fixture(scope="module")
+def shipped_report(tmp_path_factory) -> BeautifulSoup:
+    """The report built from this checkout's results/ alone (built once for its tests)."""
+    out = tmp_path_factory.mktemp("shipped")
+    return BeautifulSoup(build_report(out, results=RESULTS_DIR).read_text(), "html.parser")
+
+
+def test_every_shipped_gap_explanation_is_shown_on_the_report(shipped_report):
     """Each entry of results/gaps.yaml explains a cell the report built from this checkout
     shows above or below the paper: none is left over from records that since reproduce."""
-    soup = BeautifulSoup(build_report(tmp_path, results=RESULTS_DIR).read_text(), "html.parser")
-    head = soup.find(id="problems")
+    head = shipped_report.find(id="problems")
     stale = [li.text for li in head.find_next("ul").find_all("li")] if head else []
     assert not [s for s in stale if s.startswith("gaps.yaml")], stale
 
@@ -538,7 +544,7 @@ def test_a_parameter_added_to_the_notebook_later_keeps_a_shipped_runs_scale(tmp_
     assert soup.select("div.ours")[0]["data-scale"] == "paper"
 
 
-def test_the_shipped_grids_runs_are_at_paper_scale_on_the_report(tmp_path):
+def test_the_shipped_grids_runs_are_at_paper_scale_on_the_report(shipped_report):
     """Every run shipped in results/ that a task of results/grids/ made (by its parameters) is
     judged at paper scale by the report built from this checkout."""
     grids = {json.dumps([t.notebook, t.parameters], sort_keys=True)
@@ -548,8 +554,7 @@ def test_the_shipped_grids_runs_are_at_paper_scale_on_the_report(tmp_path):
     made = [r["run_id"] for r in shipped
             if json.dumps([r["notebook"], current_names(r["parameters"])], sort_keys=True) in grids]
     assert len(made) >= 10, f"only {made} of the shipped runs match a task of results/grids"
-    soup = BeautifulSoup(build_report(tmp_path, results=RESULTS_DIR).read_text(), "html.parser")
-    scales = {rid: soup.find(id=f"run-{rid}").find_all("td")[2].text for rid in made}
+    scales = {rid: shipped_report.find(id=f"run-{rid}").find_all("td")[2].text for rid in made}
     assert all(s.startswith("paper") for s in scales.values()), scales
 
 

@@ -63,6 +63,14 @@ class Gap:
     setting: str | None = None
     explained: bool = True  # False: ``why`` says what was tried; the gap is still open
 
+    @property
+    def label(self) -> str:
+        """The cell it names, as messages print it (``dense T1 fmnist fedavg α=0.1``)."""
+        return " ".join(x for x in (self.paper, self.table, self.dataset, self.method,
+                                    f"α={self.akey}" if self.akey else "", self.setting or "",
+                                    f"m={self.num_clients}" if self.num_clients else "",
+                                    self.partition or "") if x)
+
     def explains(self, cell: dict, preset: str) -> bool:
         """Whether this is the explanation of ``cell`` (a scoreboard key row) under ``preset``."""
         if (self.paper, self.table, self.dataset, self.method, self.akey) != (
@@ -138,9 +146,8 @@ def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list
                 c = c[c[k].astype(str) == str(v)]
         if c.empty:
             raise ValueError(
-                f"{path}: entry {i} ({g.paper} {g.table} {g.dataset} {g.method} α={g.akey or '-'})"
-                " names no cell of the papers' tables; check its keys against "
-                "ofl_core/paper_results.csv")
+                f"{path}: entry {i} ({g.label}) names no cell of the papers' tables; check "
+                "its keys against ofl_core/paper_results.csv")
     if docs is not None:
         sections = doc_sections(docs)
         for i, g in enumerate(gaps, 1):
@@ -149,7 +156,7 @@ def load_gaps(path: str | Path, docs: str | Path | None = DECISIONS_DIR) -> list
                     name = ref.split("#")[0]
                     known = sorted(a.split("#")[1] for a in sections if a.startswith(name + "#"))
                     raise ValueError(
-                        f"{path}: entry {i} ({g.paper} {g.table} {g.dataset} {g.method}): see "
+                        f"{path}: entry {i} ({g.label}): see "
                         f"{ref!r} names no section of {docs}: "
                         + (f"{name} has the anchors {', '.join(known)}" if known
                            else f"there is no {name} with anchors"))
@@ -170,12 +177,8 @@ def unused_gaps(gaps: Sequence[Gap], shown: Iterable[Gap | None]) -> list[str]:
     for i, g in enumerate(gaps, 1):
         if id(g) in used:
             continue
-        where = " ".join(x for x in (g.paper, g.table, g.dataset, g.method,
-                                     f"α={g.akey}" if g.akey else "", g.setting or "",
-                                     f"m={g.num_clients}" if g.num_clients else "",
-                                     g.partition or "") if x)
         presets = f" under {', '.join(g.presets)}" if g.presets else ""
-        out.append(f"entry {i} ({where}{presets}) explains no cell the scoreboard shows above "
+        out.append(f"entry {i} ({g.label}{presets}) explains no cell the scoreboard shows above "
                    "or below the paper: the cell reproduces now, has no record under these "
                    "presets, or an earlier entry explains it; rewrite the entry or remove it")
     return out
