@@ -28,8 +28,9 @@
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
 # with few local epochs and a short server (`server`'s `epochs`, `steps_per_epoch`); the papers'
 # numbers come from full datasets, 200 local epochs and 200 server epochs, so expect the ordering
-# of methods, not the exact numbers, to match. FedLPA keeps its code's 10,000 refinement steps
-# (`server`'s `newton_steps`; each reads every client's curvature factors): minutes on a CPU.
+# of methods, not the exact numbers, to match. FedLPA's refinement takes 500 gradient steps here
+# (`server`'s `newton_steps`; its code's 10,000, each reading every client's curvature factors,
+# take minutes on a CPU).
 # `run_all.py --full` injects the papers' settings
 # (`notebooks/grids/full/main_tables.yaml`).
 
@@ -48,7 +49,7 @@ methods: list[str] = ["fedavg", "fedoneshot", "ensemble", "feddf", "fed-dafl", "
 presets: list[str] = ["paper"]
 # server sizes as method-config fields (a key left out, or None: each method's paper default)
 server: dict = {"epochs": 15, "steps_per_epoch": 10, "batch_size": 32, "strat_steps": 3,
-                "strat_batch_size": 8}
+                "strat_batch_size": 8, "newton_steps": 500}
 fedcvae_dataset: str = "fmnist_embedded"
 fedcvae_alphas: list[float] = [0.01]
 fedcvae_num_clients: int = 10

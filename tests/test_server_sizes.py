@@ -56,6 +56,23 @@ def test_a_size_left_out_and_a_none_agree_and_a_set_size_differs():
     assert not s.paper and "server" in s.reason
 
 
+def test_a_size_of_a_method_the_run_does_not_run_leaves_its_scale_alone():
+    """FedLPA's ``newton_steps`` in a notebook's default ``server`` is part of every run's
+    parameters; it changes the scale only of runs that run FedLPA."""
+    refs = [{"server": {}, "methods": ["dense", "fedlpa"]}, {"server": {}, "methods": []}]
+    short = {"newton_steps": 500}
+    assert run_scale({"server": short, "methods": ["dense"]}, refs).paper
+    assert run_scale({"server": short, "methods": []}, refs).paper
+    s = run_scale({"server": short, "methods": ["dense", "fedlpa"]}, refs)
+    assert not s.paper and "newton_steps" in s.reason
+    # a size of DENSE alone counts for its variants too ("dense-no-bn", "dense+ldam")
+    dense_only = {"server": {"synthesis_student_mode": "eval"}}
+    assert not run_scale({**dense_only, "dense_variants": ["dense-no-bn"]},
+                         [{"server": {}, "dense_variants": ["dense-no-bn"]}]).paper
+    # a size several methods share counts whatever the run runs
+    assert not run_scale({"server": {"epochs": 15}, "methods": []}, refs).paper
+
+
 def test_a_grid_with_an_old_name_is_refused_with_the_new_spelling():
     with pytest.raises(ValueError, match=r"server: \{ngf: \.\.\., epochs: \.\.\.\}"):
         bt.check_parameters(bt.Task("local_epochs", {"server_epochs": 200, "ngf": 64}))

@@ -9,6 +9,10 @@ and which seeds it uses, never change its scale (``device``, ``data_root``, ``ca
 ``seeds``). Anything else — the quick defaults, the embedded data, fewer epochs — is reduced
 scale, and the report names the first differences.
 
+A size in ``server`` that is a config field of one method alone (FedLPA's ``newton_steps``)
+counts only where the run runs that method (:func:`relevant_sizes`): a notebook's default
+``server`` is part of every run's parameters, also of the runs that never read it.
+
 Runs made before the notebooks' server sizes became one ``server`` parameter keep the old
 names (:data:`LEGACY_SERVER_SIZES`); :func:`current_names` reads them as today's ``server``, so
 shipped records keep their scale.
@@ -16,6 +20,8 @@ shipped records keep their scale.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -82,11 +88,51 @@ def _agrees(value: object, ref: object, key: str = "") -> bool:
     return value == ref
 
 
+@functools.cache
+def _one_method_fields() -> dict[str, str]:
+    """Config fields that one registered method alone has: field → that method."""
+    from ..registry import METHODS  # the methods' modules import torch: only when needed
+
+    owners: dict[str, set[str]] = {}
+    for name, spec in METHODS.items():
+        for f in dataclasses.fields(spec.config):
+            owners.setdefault(f.name, set()).add(name)
+    return {k: next(iter(v)) for k, v in owners.items() if len(v) == 1}
+
+
+def _named(params: Mapping[str, object]) -> set[str]:
+    """Every string among ``params``' values and their lists (method names among them)."""
+    out: set[str] = set()
+    for v in params.values():
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, str):
+                out.add(x)
+    return out
+
+
+def _runs(method: str, named: set[str]) -> bool:
+    """Whether ``method`` or one of its variants (``dense-no-bn``, ``dense+ldam``) is named."""
+    return any(n == method or n.startswith((f"{method}-", f"{method}+")) for n in named)
+
+
+def relevant_sizes(params: Mapping[str, object]) -> dict:
+    """``params`` with the ``server`` sizes of methods the run does not run left out: a size
+    that is a config field of one method alone counts only where that method runs."""
+    server = params.get("server")
+    if not isinstance(server, dict):
+        return dict(params)
+    owned, named = _one_method_fields(), _named(params)
+    kept = {k: v for k, v in server.items() if k not in owned or _runs(owned[k], named)}
+    return {**params, "server": kept}
+
+
 def run_scale(params: dict, references: Sequence[dict], quick: bool = False) -> Scale:
     """The scale of a run with effective ``params`` against the effective parameters of its
     notebook's full-grid tasks (``references``). ``quick``: the run is the notebook's defaults."""
     best: tuple[list[str], dict] | None = None
+    params = relevant_sizes(params)
     for ref in references:
+        ref = relevant_sizes(ref)
         diffs = sorted(k for k in params.keys() | ref.keys()
                        if k not in NOT_SCALE and not _agrees(params.get(k), ref.get(k), k))
         if not diffs:
