@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import run_all
@@ -54,3 +58,13 @@ def test_quick_starts_the_longest_notebooks_first(monkeypatch):
     monkeypatch.setattr(run_all, "list_notebooks", lambda: [*notebooks, "zz_new"])
     monkeypatch.setattr(run_all, "check_parameters", lambda task: None)
     assert run_all.make_tasks(run_all.parse_args(["--quick"]))[0].notebook == "zz_new"
+
+
+def test_run_all_starts_without_importing_torch():
+    """run_all.py imports torch only where a task or the report needs it: every run_all start
+    (each task's bookkeeping, each test that runs it) used to spend about 4 s importing torch,
+    the methods and the plots through the coverage planners and the report."""
+    code = "import sys, run_all; print(sorted(m for m in ('torch', 'seaborn') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(run_all.__file__).parent)
+    assert out.stdout.strip() == "[]", out.stdout

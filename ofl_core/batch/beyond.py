@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..registry import METHODS
 from ..results import paper_results
 from .scoreboard import DATASET_NAMES, annotated_frame, ensemble_fingerprint
 
@@ -35,10 +34,19 @@ SETTING = ("dataset", "data_source", "arch", "local_epochs", "local_options", "p
            "akey", "num_clients", "client_code", "origin")
 
 
+def _methods() -> dict:
+    """The registry, imported when a table is made: it imports every method (and torch), which
+    run_all.py need not load to start."""
+    from ..registry import METHODS
+
+    return METHODS
+
+
 def later_methods() -> tuple[str, ...]:
     """Registry methods with server work of their own that print in no paper table here."""
+    methods = _methods()
     printed = set(paper_results()["method"])
-    return tuple(name for name, spec in METHODS.items()
+    return tuple(name for name, spec in methods.items()
                  if name not in printed and spec.kind is not None
                  and not spec.kind.stages.startswith("none"))
 
@@ -107,11 +115,12 @@ def _cell(values: pd.Series) -> str:
 def _method_rows(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(label, its records): the ensemble, then every method and preset, then each ``acc_*``
     note as a row of its own; the paper methods before the later ones, registry order."""
-    order = {name: i for i, name in enumerate(METHODS)}
+    methods = _methods()
+    order = {name: i for i, name in enumerate(methods)}
     later = set(later_methods())
     out = []
-    if not any(METHODS[m].kind.stages.startswith("none") for m in df["method"].unique()
-               if m in METHODS and METHODS[m].kind is not None):  # no reference row ran
+    if not any(methods[m].kind.stages.startswith("none") for m in df["method"].unique()
+               if m in methods and methods[m].kind is not None):  # no reference row ran
         sets = df.drop_duplicates(["set", "seed"])
         out.append(("ensemble (the clients' mean logits)",
                     sets.assign(last_acc=sets["ensemble_acc"])))

@@ -17,8 +17,6 @@ import pandas as pd
 
 from ..heterogeneous import heterogeneous_settings, local_method_name
 from ..results import alpha_key, paper_methods, paper_results
-from ..sections.heterogeneous_models import fedhydra_partitions
-from ..sections.multi_round import fedhydra_serves, partition_fields
 
 #: A paper cell: (paper, table, dataset, method, alpha key, partition, num_clients, setting).
 Cell = tuple[str, str, str, str, str, str, int, str]
@@ -73,6 +71,10 @@ def _ablations(p: dict) -> set[Cell]:
 
 
 def _heterogeneous_models(p: dict) -> set[Cell]:
+    # the sections import torch, the methods and the plots: imported here, run_all.py starts in
+    # a second instead of five
+    from ..sections.heterogeneous_models import fedhydra_partitions
+
     local, server = heterogeneous_settings(p["server_arch"])
     dense = ([p["dataset"]], p["dense_alphas"], [len(p["dense_archs"])])
     out = (_cells("dense", "T2", *dense, [local_method_name(a) for a in p["dense_archs"]],
@@ -91,6 +93,8 @@ def _heterogeneous_models(p: dict) -> set[Cell]:
 
 
 def _multi_round(p: dict) -> set[Cell]:
+    from ..sections.multi_round import fedhydra_serves, partition_fields  # as above
+
     rounds = range(1, p["rounds"] + 1)
     out = _cells("dense", "T5", [p["dataset"]], p["dense_alphas"], [p["num_clients"]], ["dense"],
                  settings=[f"rounds={r};local_epochs={p['dense_local_epochs']}" for r in rounds])

@@ -21,7 +21,6 @@ from pathlib import Path
 import pandas as pd
 
 from ..project import project_dir
-from ..taxonomy import taxonomy_frame
 from .beyond import beyond_table
 from .coverage import coverage, paper_cell_set, planned_cells
 from .gaps import DECISIONS_DIR, Gap, doc_sections, load_gaps, unused_gaps
@@ -233,6 +232,8 @@ def _further_html(frame) -> str:
 
 def _taxonomy_html() -> str:
     """The method taxonomy (what each method needs and uploads) as an HTML table."""
+    from ..taxonomy import taxonomy_frame  # imports every method (torch): not at run_all's start
+
     frame = taxonomy_frame().reset_index().replace({True: "yes", False: "no"})
     frame.columns = ["method", "source", "data-free", "rounds", "server stages",
                      "client uploads", "server needs", "output", "mixed archs"]
