@@ -131,13 +131,13 @@ _CLI_FIELDS = ("executor", "jobs", "task_timeout", "retries", "threads_per_task"
 #: at most this many quick notebooks at once by default (one per CPU core)
 QUICK_JOBS_MAX = 4
 
-#: seconds each quick notebook took in the fresh-clone CI run of 2026-11-24 (2 cores, two at a
-#: time); only an ordering hint: ``--quick`` starts the longest first, so that the longest one
+#: seconds each quick notebook took in a fresh clone on 2026-11-28 (2 cores, two at a time);
+#: only an ordering hint: ``--quick`` starts the longest first, so that the longest one
 #: does not start last and keep one core busy alone at the end (longest-processing-time-first
 #: scheduling); a notebook missing here starts first, as if it were the longest
-QUICK_SECONDS = {"main_tables": 131, "cvae_security_shift": 60, "heterogeneous_models": 54,
-                 "two_classes_per_client": 48, "client_scaling": 46, "ablations": 42,
-                 "multi_round": 38, "local_epochs": 30, "synthetic_data": 28, "partitions": 7}
+QUICK_SECONDS = {"main_tables": 172, "heterogeneous_models": 69, "cvae_security_shift": 60,
+                 "two_classes_per_client": 43, "ablations": 41, "client_scaling": 40,
+                 "multi_round": 36, "local_epochs": 29, "synthetic_data": 24, "partitions": 6}
 
 
 def executor_config(args: argparse.Namespace) -> ExecutorConfig:
