@@ -72,16 +72,17 @@ def test_scale_is_paper_only_where_every_setting_agrees_with_a_full_grid_task():
     full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
             if t.notebook == "main_tables"]
     first = full[0]
-    assert run_scale(first, full).paper
+    nb = "main_tables"
+    assert run_scale(first, full, notebook=nb).paper
     part = {**first, "alphas": [0.1], "seeds": [7], "device": "cpu", "data_root": "/d"}
-    assert run_scale(part, full).paper  # part of the grid's lists, other seeds, elsewhere
-    assert run_scale({**first, "alphas": []}, full).paper  # none of a list: runs less
-    assert not run_scale({**first, "alphas": [0.2]}, full).paper
+    assert run_scale(part, full, notebook=nb).paper  # part of the lists, other seeds, elsewhere
+    assert run_scale({**first, "alphas": []}, full, notebook=nb).paper  # none of a list: runs less
+    assert not run_scale({**first, "alphas": [0.2]}, full, notebook=nb).paper
     fewer = {**first, "local_epochs": 20}
-    s = run_scale(fewer, full)
+    s = run_scale(fewer, full, notebook=nb)
     assert not s.paper and "local_epochs=20 (paper 200)" in s.reason
     quick = effective_parameters(Task("main_tables"))
-    s = run_scale(quick, full, quick=True)
+    s = run_scale(quick, full, quick=True, notebook=nb)
     assert not s.paper and s.short == "quick" and "fmnist_embedded" in s.reason
 
 
@@ -568,7 +569,7 @@ def test_the_shipped_grids_cover_every_fmnist_cell_at_paper_scale():
     for f in sorted((RESULTS_DIR / "grids").glob("*.yaml")):
         for t in load_grid(f):
             eff = effective_parameters(t)
-            scale = run_scale(eff, full[t.notebook])
+            scale = run_scale(eff, full[t.notebook], notebook=t.notebook)
             assert scale.paper, (f.name, t.parameters, scale.reason)
             planned |= planned_cells(t.notebook, eff, every)
     fmnist = {c for c in every if c[2] == "fmnist"}

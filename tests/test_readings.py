@@ -67,6 +67,6 @@ def test_a_reading_runs_at_the_scale_of_its_preset() -> None:
     full = [effective_parameters(t) for t in load_grid(NOTEBOOK_DIR / "grids" / "full")
             if t.notebook == "main_tables"]
     reading = {**full[0], "presets": ["paper+kd_data=pool"]}
-    assert run_scale(reading, full).paper
+    assert run_scale(reading, full, notebook="main_tables").paper
     other = {**full[0], "presets": ["nonsense+kd_data=pool"]}
-    assert not run_scale(other, full).paper
+    assert not run_scale(other, full, notebook="main_tables").paper

@@ -56,21 +56,26 @@ def test_a_size_left_out_and_a_none_agree_and_a_set_size_differs():
     assert not s.paper and "server" in s.reason
 
 
-def test_a_size_of_a_method_the_run_does_not_run_leaves_its_scale_alone():
-    """FedLPA's ``newton_steps`` in a notebook's default ``server`` is part of every run's
-    parameters; it changes the scale only of runs that run FedLPA."""
+def test_a_size_no_method_of_a_main_tables_run_reads_leaves_its_scale_alone():
+    """``main_tables``' default ``server`` (with FedLPA's ``newton_steps``) is part of every
+    run's parameters; a size counts only where a method the run runs has it."""
     refs = [{"server": {}, "methods": ["dense", "fedlpa"]}, {"server": {}, "methods": []}]
     short = {"newton_steps": 500}
-    assert run_scale({"server": short, "methods": ["dense"]}, refs).paper
-    assert run_scale({"server": short, "methods": []}, refs).paper
-    s = run_scale({"server": short, "methods": ["dense", "fedlpa"]}, refs)
+
+    def paper(params: dict, notebook: str = "main_tables") -> bool:
+        return run_scale(params, refs, notebook=notebook).paper
+
+    assert paper({"server": short, "methods": ["dense"]})
+    assert paper({"server": {**short, "epochs": 15}, "methods": []})  # FedCVAE alone: unread
+    assert not paper({"server": short, "methods": ["dense", "fedlpa"]})
+    assert not paper({"server": {"epochs": 15}, "methods": ["dense"]})
+    s = run_scale({"server": short, "methods": ["fedlpa"]}, refs, notebook="main_tables")
     assert not s.paper and "newton_steps" in s.reason
-    # a size of DENSE alone counts for its variants too ("dense-no-bn", "dense+ldam")
-    dense_only = {"server": {"synthesis_student_mode": "eval"}}
-    assert not run_scale({**dense_only, "dense_variants": ["dense-no-bn"]},
-                         [{"server": {}, "dense_variants": ["dense-no-bn"]}]).paper
-    # a size several methods share counts whatever the run runs
-    assert not run_scale({"server": {"epochs": 15}, "methods": []}, refs).paper
+    # an unknown method name, or another notebook (whose server may configure methods no
+    # parameter names: synthetic_data always runs DENSE and FedHydra): every size counts
+    assert not paper({"server": short, "methods": ["dense", "mine"]})
+    assert not paper({"server": {"synthesis_student_mode": "eval"}}, "synthetic_data")
+    assert not paper({"server": short, "methods": ["dense"]}, "ablations")
 
 
 def test_a_grid_with_an_old_name_is_refused_with_the_new_spelling():
@@ -90,5 +95,6 @@ def test_shipped_runs_made_with_the_old_names_keep_their_paper_scale():
             run = check_run(raw, path, set(bt.list_notebooks()))
             assert "server_epochs" not in run["effective_parameters"]
             # as the report reads a run: a parameter added since is at its default
-            old.append(run_scale({**defaults, **run["effective_parameters"]}, refs).paper)
+            old.append(run_scale({**defaults, **run["effective_parameters"]}, refs,
+                                 notebook="main_tables").paper)
     assert len(old) >= 10 and all(old), old

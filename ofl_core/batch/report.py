@@ -178,7 +178,8 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
         # their scale
         eff = {**defaults[nb], **(r.get("effective_parameters") or r.get("parameters", {}))}
         r["effective"] = eff
-        r["scale"] = run_scale(eff, refs.get(nb, []), quick=not r.get("parameters"))
+        r["scale"] = run_scale(eff, refs.get(nb, []), quick=not r.get("parameters"),
+                               notebook=nb)
         recs = r.get("records", [])
         r["seeds"] = sorted({x["seed"] for x in recs})
         r["sources"] = sorted({x.get("data_source") or x["dataset"] for x in recs})

@@ -9,9 +9,10 @@ and which seeds it uses, never change its scale (``device``, ``data_root``, ``ca
 ``seeds``). Anything else — the quick defaults, the embedded data, fewer epochs — is reduced
 scale, and the report names the first differences.
 
-A size in ``server`` that is a config field of one method alone (FedLPA's ``newton_steps``)
-counts only where the run runs that method (:func:`relevant_sizes`): a notebook's default
-``server`` is part of every run's parameters, also of the runs that never read it.
+In ``main_tables`` a ``server`` size counts only where a method the run runs has it
+(:func:`relevant_sizes`): the notebook's default ``server`` is part of every run's parameters,
+also of the FedCVAE-only runs that never read it, and FedLPA's ``newton_steps`` is FedLPA's
+alone.
 
 Runs made before the notebooks' server sizes became one ``server`` parameter keep the old
 names (:data:`LEGACY_SERVER_SIZES`); :func:`current_names` reads them as today's ``server``, so
@@ -21,7 +22,6 @@ shipped records keep their scale.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -88,51 +88,44 @@ def _agrees(value: object, ref: object, key: str = "") -> bool:
     return value == ref
 
 
-@functools.cache
-def _one_method_fields() -> dict[str, str]:
-    """Config fields that one registered method alone has: field → that method."""
+#: notebooks whose ``server`` configures exactly the methods that one of their parameters lists
+#: (``main_tables``: ``configure_methods(methods, common=server_settings(server))``, its FedCVAE
+#: methods configured without it); elsewhere every ``server`` size counts
+SERVER_CONFIGURES = {"main_tables": "methods"}
+
+
+def _fields(methods: Sequence[str]) -> set[str] | None:
+    """The config fields of ``methods``; None when one of them is not a registered method."""
     from ..registry import METHODS  # the methods' modules import torch: only when needed
 
-    owners: dict[str, set[str]] = {}
-    for name, spec in METHODS.items():
-        for f in dataclasses.fields(spec.config):
-            owners.setdefault(f.name, set()).add(name)
-    return {k: next(iter(v)) for k, v in owners.items() if len(v) == 1}
+    if any(m not in METHODS for m in methods):
+        return None
+    return {f.name for m in methods for f in dataclasses.fields(METHODS[m].config)}
 
 
-def _named(params: Mapping[str, object]) -> set[str]:
-    """Every string among ``params``' values and their lists (method names among them)."""
-    out: set[str] = set()
-    for v in params.values():
-        for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, str):
-                out.add(x)
-    return out
-
-
-def _runs(method: str, named: set[str]) -> bool:
-    """Whether ``method`` or one of its variants (``dense-no-bn``, ``dense+ldam``) is named."""
-    return any(n == method or n.startswith((f"{method}-", f"{method}+")) for n in named)
-
-
-def relevant_sizes(params: Mapping[str, object]) -> dict:
-    """``params`` with the ``server`` sizes of methods the run does not run left out: a size
-    that is a config field of one method alone counts only where that method runs."""
-    server = params.get("server")
-    if not isinstance(server, dict):
+def relevant_sizes(params: Mapping[str, object], notebook: str | None = None) -> dict:
+    """``params`` with the ``server`` sizes that no method of the run reads left out, in a
+    notebook of :data:`SERVER_CONFIGURES` (e.g. FedLPA's ``newton_steps`` in a run without
+    FedLPA, or any size in a ``main_tables`` run of FedCVAE's methods alone)."""
+    server, key = params.get("server"), SERVER_CONFIGURES.get(notebook or "")
+    methods = params.get(key) if key else None
+    if not isinstance(server, dict) or not isinstance(methods, list):
         return dict(params)
-    owned, named = _one_method_fields(), _named(params)
-    kept = {k: v for k, v in server.items() if k not in owned or _runs(owned[k], named)}
-    return {**params, "server": kept}
+    fields = _fields(methods)
+    if fields is None:
+        return dict(params)
+    return {**params, "server": {k: v for k, v in server.items() if k in fields}}
 
 
-def run_scale(params: dict, references: Sequence[dict], quick: bool = False) -> Scale:
-    """The scale of a run with effective ``params`` against the effective parameters of its
-    notebook's full-grid tasks (``references``). ``quick``: the run is the notebook's defaults."""
+def run_scale(params: dict, references: Sequence[dict], quick: bool = False,
+              notebook: str | None = None) -> Scale:
+    """The scale of a run of ``notebook`` with effective ``params`` against the effective
+    parameters of the notebook's full-grid tasks (``references``). ``quick``: the run is the
+    notebook's defaults."""
     best: tuple[list[str], dict] | None = None
-    params = relevant_sizes(params)
+    params = relevant_sizes(params, notebook)
     for ref in references:
-        ref = relevant_sizes(ref)
+        ref = relevant_sizes(ref, notebook)
         diffs = sorted(k for k in params.keys() | ref.keys()
                        if k not in NOT_SCALE and not _agrees(params.get(k), ref.get(k), k))
         if not diffs:
