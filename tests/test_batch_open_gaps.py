@@ -34,7 +34,7 @@ def test_an_open_gap_shows_what_was_tried_and_is_not_counted(tmp_path) -> None:
     assert "1 of these 2 gaps explained" in summary
     export = {r["method"]: r["why"] for r in
               json.loads((out / "report" / "scoreboard.json").read_text())}
-    assert export["fed-dafl"] == "not explained yet; tried: tried the pool reading"
+    assert export["fed-dafl"] == "not explained yet — tried the pool reading"
     assert export["fed-adi"] == "known"
 
 

@@ -321,7 +321,7 @@ def export_rows(ent: pd.DataFrame) -> list[dict]:
             "precision": e.precision, "run_ids": ";".join(run for run, _ in e.links),
             "code_versions": ";".join(v for v in e.code_versions if v),
             "why": "" if e.gap is None else
-                   e.gap.why if e.gap.explained else f"not explained yet; tried: {e.gap.why}"})
+                   e.gap.why if e.gap.explained else f"not explained yet — {e.gap.why}"})
     return out
 
 
