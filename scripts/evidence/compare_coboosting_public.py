@@ -32,7 +32,7 @@ Subcommands:
 Commands (one thread each, one heavy process at a time; PUBLIC and OUT outside the checkout):
 
     PYTHONPATH=. python scripts/evidence/compare_coboosting_public.py setup \\
-        --mirror /work/.mirror/rong-dai+Co-Boosting/repo --public-dir PUBLIC
+        --mirror Co-Boosting.git --public-dir PUBLIC   # git clone --bare https://github.com/rong-dai/Co-Boosting
     PYTHONPATH=. python scripts/evidence/compare_coboosting_public.py clients \\
         --public-dir PUBLIC --out OUT [--local-epochs 100 --beta 0.6 --num-users 10 --seed 42]
     PYTHONPATH=. python scripts/evidence/compare_coboosting_public.py run --public-dir PUBLIC \\

@@ -17,11 +17,11 @@ then on those same trained clients and the same local data runs
 
 and prints the largest relative difference of each factor, each layer's aggregated weights and
 the test accuracies of both solutions. Nothing of the public code is committed: ``--mirror``
-is a bare git copy of the repository (the ``fetch`` of ``github:lebronlambert/FedLPA_NeurIPS2024``
-or ``git clone --bare https://github.com/lebronlambert/FedLPA_NeurIPS2024``).
+is a bare git copy of the repository
+(``git clone --bare https://github.com/lebronlambert/FedLPA_NeurIPS2024 FedLPA_NeurIPS2024.git``).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/evidence/compare_fedlpa_public.py \\
-        --mirror /work/.mirror/lebronlambert+FedLPA_NeurIPS2024/repo \\
+        --mirror FedLPA_NeurIPS2024.git \\
         [--dataset fmnist] [--beta 0.5] [--clients 10] [--local-epochs 10] [--seeds 0 1]
 """
 

@@ -65,7 +65,7 @@ that std, the 8-bit pool floored as the code's ``astype('uint8')``).
 Commands (one thread each, one heavy process at a time; PUBLIC and OUT outside the checkout):
 
     PYTHONPATH=. python scripts/evidence/compare_intactofl_public.py setup \\
-        --mirror /work/.mirror/zenghui9977+IntactOFL/repo --public-dir PUBLIC
+        --mirror IntactOFL.git --public-dir PUBLIC
     PYTHONPATH=. python scripts/evidence/compare_intactofl_public.py clients \\
         --public-dir PUBLIC --out OUT [--local-epochs 5 --alpha 0.1 --num-users 5 --seed 1]
     PYTHONPATH=. python scripts/evidence/compare_intactofl_public.py run --public-dir PUBLIC \\
