@@ -610,3 +610,19 @@ def test_the_results_readme_lists_each_shipped_run_once_and_nothing_else():
     assert len(rows) == len(set(rows)), sorted({r for r in rows if rows.count(r) > 1})
     assert sorted(set(shipped) - set(rows)) == [], "records without a README row"
     assert sorted(set(rows) - set(shipped)) == [], "README rows without their record"
+
+
+def test_a_shipped_runs_compute_from_its_checkpoints_is_its_cost(tmp_path):
+    """A shipped run whose records keep only its last resumed part shows the servers' compute
+    that results/compute.yaml names for it; a malformed compute file is listed, not believed."""
+    _shipped(tmp_path, [_rec("dense", 49.0)])
+    compute = tmp_path / "results" / "compute.yaml"
+    compute.write_text("zzz: {server_seconds: 12345, source: checkpoints}\n")
+    soup = BeautifulSoup(build_report(tmp_path / "out", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    assert "servers 12345 s in all" in soup.find(id="run-zzz").text
+    compute.write_text("zzz: {server_seconds: -1}\n")
+    soup = BeautifulSoup(build_report(tmp_path / "out2", results=tmp_path / "results")
+                         .read_text(), "html.parser")
+    assert "servers 12345" not in soup.find(id="run-zzz").text
+    assert "compute.yaml" in soup.find(id="problems").find_next("ul").text

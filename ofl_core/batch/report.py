@@ -161,8 +161,34 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
     return runs
 
 
+def shipped_compute(results: Path, problems: list[dict]) -> dict[str, float]:
+    """``results/compute.yaml``: run id → the servers' own seconds over every resumed part, for
+    shipped runs whose records predate the records keeping it (read from their checkpoints
+    when they were shipped). A malformed file is listed in ``problems`` and ignored."""
+    import yaml
+
+    f = Path(results) / "compute.yaml"
+    if not f.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(f.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError("expected a mapping of run id → {server_seconds, source}")
+        out = {}
+        for rid, v in data.items():
+            secs = v.get("server_seconds") if isinstance(v, dict) else None
+            if not isinstance(secs, int | float) or secs < 0 or not v.get("source"):
+                raise ValueError(f"{rid}: needs server_seconds (a number ≥ 0) and a source")
+            out[str(rid)] = float(secs)
+        return out
+    except (yaml.YAMLError, ValueError) as e:
+        problems.append({"file": f.name, "error": str(e)})
+        return {}
+
+
 def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
-                  grids: Path | None = None) -> list[dict]:
+                  grids: Path | None = None, compute: dict[str, float] | None = None
+                  ) -> list[dict]:
     refs = _references()
     shipped = shipped_grids(grids)
     defaults: dict[str, dict] = {}
@@ -183,7 +209,8 @@ def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
         recs = r.get("records", [])
         r["seeds"] = sorted({x["seed"] for x in recs})
         r["sources"] = sorted({x.get("data_source") or x["dataset"] for x in recs})
-        r["server_seconds"] = server_seconds(recs)
+        r["server_seconds"] = max(server_seconds(recs),
+                                  (compute or {}).get(rid, 0.0) if "shipped" in r else 0.0)
         r["commits_behind"] = _commits_behind(r.get("code_version", ""))
         r["reproduce"] = write_reproducer(r, rep, shipped)
         err = (_render_notebook(Path(r["_ipynb"]), rep / nb / f"{rid}.html",
@@ -327,7 +354,8 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     shipped = [r for r in (shipped_runs(results, problems) if results is not None else [])
                if (r["notebook"], r["run_id"]) not in have]
     runs = _prepare_runs(mine + shipped, rep, fails,
-                         None if results is None else results / "grids")
+                         None if results is None else results / "grids",
+                         shipped_compute(results, problems) if results is not None else {})
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
     gaps: list[Gap] = []
