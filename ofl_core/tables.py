@@ -26,7 +26,7 @@ from .multi_round import run_multi_round_methods
 from .results import ResultRecord, compare_with_paper, records_frame
 
 #: A method of a run: (name, config) or (name, config, preset label of its records)
-MethodSpec = tuple[str, Any] | tuple[str, Any, str]
+MethodEntry = tuple[str, Any] | tuple[str, Any, str]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Run:
     """
 
     experiment: ExperimentConfig
-    methods: tuple[MethodSpec, ...]
+    methods: tuple[MethodEntry, ...]
     serves: tuple[Serves, ...]
     clients: Any = None
     partition_seed: int | None = None
@@ -211,6 +211,6 @@ def server_settings(server: Mapping[str, Any] | None = None, *, stratification: 
             if v is not None and (stratification or k not in STRATIFICATION)}
 
 
-__all__ = ["MethodSpec", "Run", "Serves", "Tables", "run_tables",
+__all__ = ["MethodEntry", "Run", "Serves", "Tables", "run_tables",
            "server_settings", "STRATIFICATION"]
 

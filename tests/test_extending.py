@@ -4,6 +4,7 @@ checked on hand-made tensors and run through ``run_tables`` to a record on the r
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
@@ -36,7 +37,8 @@ def median(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "METHODS", dict(registry.METHODS))  # undone after the test
     for mod in ("ofl_core.experiment", "ofl_core.taxonomy"):  # the modules holding the dict
-        monkeypatch.setattr(sys.modules[mod], "METHODS", registry.METHODS, raising=False)
+        monkeypatch.setattr(importlib.import_module(mod), "METHODS", registry.METHODS,
+                            raising=False)
     yield registry.load(["toy_median"])[0]
     sys.modules.pop("toy_median", None)
 

@@ -19,10 +19,10 @@ from ..dense.server import ABLATIONS, DenseConfig
 from ..experiment import configure_methods
 from ..plots import method_labels, plot_accuracy_vs, plot_grouped_bars, save_figure
 from ..results import paper_results
-from ..tables import MethodSpec, Tables
+from ..tables import MethodEntry, Tables
 
 #: groups of DENSE server variants (see :func:`dense_methods`)
-Methods = tuple[MethodSpec, ...]
+Methods = tuple[MethodEntry, ...]
 
 
 def preset_label(cfg: DenseConfig) -> str:
