@@ -20,11 +20,11 @@
 #   (`dense-no-bn`), "w/o L_div" (`dense-no-div`), all on the same clients.
 # - **DENSE Table 4** (DENSE+LDAM): the same partition, clients trained with the LDAM loss instead
 #   of cross-entropy, then DENSE (`dense+ldam`) beside DENSE on the cross-entropy clients.
-# - **DENSE, paper vs authors' code** (SPEC §0): the server with `preset="authors_code"` (every ⚑
-#   field of `DenseConfig`: no L_BN, adversarial weight 1, KD temperature 20, generator re-init,
+# - **DENSE, paper vs authors' code** (docs/spec.md §0): the server with `preset="authors_code"` (every
+#   ⚑ field — ⚑ marks a documented difference between a paper's text and its authors' code — of `DenseConfig`: no L_BN, adversarial weight 1, KD temperature 20, generator re-init,
 #   augmentation, …) on the *same* clients (only the server side changes), and
 #   **`kd_data="fresh"`** (Algorithm 1 read literally: one student step per epoch) vs `"pool"`
-#   (the code's growing pool of synthetic batches, our default for both presets; SPEC §4).
+#   (the code's growing pool of synthetic batches, our default for both presets; docs/spec.md §4).
 # - **FedCVAE Table 6**: decoder aggregation by knowledge distillation (`kd`, FedCVAE-KD) vs
 #   parameter averaging (`param-avg`) of the client decoders, at FedCVAE's default data (50 %).
 # - **FedCVAE Table 7**: FedCVAE-Ens/-KD (and optionally FedAvg/FedOneShot) when clients get only

@@ -22,7 +22,8 @@
 # - **FedHydra Tables 3 / 6 / 7** (CIFAR10 / SVHN, α ∈ {0.01, 0.1, 0.3, 0.5}; Table 7: 2c/c):
 #   clients GoogLeNet, ResNet-18, CNN1, CNN2, LeNet; FedDF, DENSE and FedHydra into ResNet-18.
 # - `local-<arch>` rows: each client's own test accuracy.
-# - FedAvg and OT fusion average parameters and must **refuse** heterogeneous clients (shown).
+# - FedAvg, OT fusion and FedLPA combine parameters layer by layer and must **refuse**
+#   heterogeneous clients (shown).
 # - **FedCVAE Fig. 4**: FedCVAE-Ens/-KD with all clients on one CVAE ("homogeneous", the Table 1
 #   setting) vs clients drawn between two CVAE variants ("heterogeneous": the second has one
 #   conv/deconv block fewer).
@@ -70,8 +71,9 @@ figures_dir: str = "../figures_interactive/heterogeneous_models"
 # One partition and one set of heterogeneous clients per (seed, partition, client list): the
 # DENSE Table 2 runs (`dense_archs`, `dense_methods`) and the FedHydra Table 3/6 (Dirichlet) and
 # Table 7 (2c/c, `fedhydra_2cc`) runs (`fedhydra_archs`, `fedhydra_methods`). Runs with the same
-# clients share them, and a method with the same config runs once for both papers (FedDF and
-# DENSE at α = 0.5 in the quick setting). `client_rows` adds each client's `local-<arch>` row
+# clients share them, and a method with the same config runs once for both papers (FedDF at
+# α = 0.5 in the quick setting; DENSE beside FedHydra carries FedHydra's stratification sizes, so
+# it runs once per paper). `client_rows` adds each client's `local-<arch>` row
 # (setting `models=heterogeneous`); server rows carry `models=heterogeneous;server=<arch>`.
 # The server sizes apply to every method that has them (stratification to FedHydra only), and
 # every distillation method distils into `server_arch`.
@@ -125,8 +127,8 @@ tables = run_tables(runs)
 record(tables.records)
 
 # %% [markdown]
-# ## FedAvg and OT fusion refuse heterogeneous clients
-# Both average parameters tensor by tensor, which needs one architecture; on the first
+# ## FedAvg, OT fusion and FedLPA refuse heterogeneous clients
+# All three combine parameters tensor by tensor, which needs one architecture; on the first
 # heterogeneous setup they raise a clear error instead of producing a model.
 
 # %%

@@ -26,8 +26,9 @@
 #   on 2c/c (E not restated: their setting strings carry only the round).
 #
 # Every method runs its own chain of rounds on the same partition; round 1's clients are shared,
-# and a chain asked for by two tables runs once (DENSE at α = 0.1 with the same E fills both
-# papers' Table 5).
+# and a chain asked for by two tables with the same config runs once. DENSE beside FedHydra
+# carries FedHydra's stratification sizes (unused by DENSE's own teacher, but part of its
+# config), so DENSE's Table 5 chain and FedHydra's DENSE chain are two runs.
 # DENSE and FedHydra start each round's student from the previous global model (the papers do
 # not say; docs/decisions/notebooks.md#nb-multi-round); FedAvg averages clients that started
 # from it; FedDF starts from that average. Driver: `ofl_core.multi_round` (one driver for
@@ -36,7 +37,7 @@
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images), 2
 # rounds of 2 local epochs, a few server epochs of a few generator steps — compare orderings
 # and trends, not exact numbers. Neither paper prints FMNIST cells for these tables (CIFAR10,
-# SVHN, CIFAR100 only), so the figure also draws the paper's curves for those datasets.
+# SVHN only), so the figure also draws the paper's curves for those datasets.
 # `run_all.py --full` injects the papers' settings.
 
 # %% tags=["parameters"]
@@ -78,7 +79,7 @@ from ofl_core.tables import Run, Serves, run_tables, server_settings
 
 common = dict(dataset=dataset, num_clients=num_clients, device=device, data_root=data_root,
               cache_dir=cache_dir, experiment="multi_round")
-no_strat = server_settings(server, stratification=False)  # FedHydra's sizes for FedHydra only
+no_strat = server_settings(server, stratification=False)  # DENSE's own table: no strat sizes
 runs = [Run(ExperimentConfig(**section.partition_fields(a), seed=s, **common,
                              local=LocalTrainConfig(arch=arch, epochs=dense_local_epochs)),
             tuple(configure_methods(["dense"], common=no_strat)), (Serves("dense", "T5"),),
@@ -96,8 +97,8 @@ record(tables.records)
 
 # %% [markdown]
 # ## Ours beside the papers, per table
-# `paper` is the cell for our dataset and setting (n/a for FMNIST: these tables print CIFAR10,
-# SVHN and CIFAR100 only); `ours_last`/`ours_best` the global model's last-/best-epoch accuracy
+# `paper` is the cell for our dataset and setting (n/a for FMNIST: these tables print CIFAR10
+# and SVHN only); `ours_last`/`ours_best` the global model's last-/best-epoch accuracy
 # after that round.
 
 # %%
