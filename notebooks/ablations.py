@@ -20,8 +20,9 @@
 #   (`dense-no-bn`), "w/o L_div" (`dense-no-div`), all on the same clients.
 # - **DENSE Table 4** (DENSE+LDAM): the same partition, clients trained with the LDAM loss instead
 #   of cross-entropy, then DENSE (`dense+ldam`) beside DENSE on the cross-entropy clients.
-# - **DENSE, paper vs authors' code** (docs/spec.md §0): the server with `preset="authors_code"` (every
-#   ⚑ field — ⚑ marks a documented difference between a paper's text and its authors' code — of `DenseConfig`: no L_BN, adversarial weight 1, KD temperature 20, generator re-init,
+# - **DENSE, paper vs authors' code** (docs/spec.md §0): the server with `preset="authors_code"`
+#   (every ⚑ field — ⚑ marks a documented difference between a paper's text and its authors' code
+#   — of `DenseConfig`: no L_BN, adversarial weight 1, KD temperature 20, generator re-init,
 #   augmentation, …) on the *same* clients (only the server side changes), and
 #   **`kd_data="fresh"`** (Algorithm 1 read literally: one student step per epoch) vs `"pool"`
 #   (the code's growing pool of synthetic batches, our default for both presets; docs/spec.md §4).

@@ -159,8 +159,9 @@ path = section.save_accuracy_vs_clients(tables, figures_dir)
 # %% [markdown]
 # ## What the papers claim, and what we see
 # DENSE and FedHydra: accuracy falls as m grows and the data-free distillation methods stay
-# ahead of FedAvg; FedCVAE: FedCVAE-Ens stays nearly flat in m (and -KD on FMNIST; on SVHN
-# the paper's KD falls from 57.17 at m = 5 to 40.03 at m = 50) while FedAvg/FedOneShot swing. Below: our change from the smallest to the largest m for every method.
+# ahead of FedAvg; FedCVAE: FedCVAE-Ens stays nearly flat in m (and -KD on FMNIST; on SVHN the
+# paper's KD falls from 57.17 at m = 5 to 40.03 at m = 50) while FedAvg/FedOneShot swing. Below:
+# our change from the smallest to the largest m for every method.
 
 # %%
 print(section.scaling_summary(tables))

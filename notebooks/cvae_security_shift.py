@@ -25,12 +25,12 @@
 #   (μ = 0), so its figure — whose caption says "the prior is N(0, I)" — attacks standard-normal
 #   decoders with boxes centred on the true μ. Fig. 5 has no table cells: its records use
 #   table "Fig5", methods `fedcvae-ens-server` / `fedcvae-ens-attacker`, setting `b=<b>`.
-# - **Table 8** (α = 0.01, m = 10): Gaussian noise on each uploaded class count,
-#   ε_c ~ N(0, γ·n_k), γ ∈ {0.01, 0.05, 0.1}. ⚑ The paper calls γ·n_k the *variance*; read as
-#   the *standard deviation* (much stronger noise) it is the specification's reading of the authors' code (docs/spec.md §4),
-#   whose public release has no label-noise path. `noise_presets`: `paper` runs the text's
-#   clients and server under each of `noise_modes`; `authors_code` runs FedCVAE's code's
-#   client CVAE and server with the standard-deviation noise. γ = 0 is Table 1.
+# - **Table 8** (α = 0.01, m = 10): Gaussian noise on each uploaded class count, ε_c ~ N(0,
+#   γ·n_k), γ ∈ {0.01, 0.05, 0.1}. ⚑ The paper calls γ·n_k the *variance*; read as the *standard
+#   deviation* (much stronger noise) it is the specification's reading of the authors' code
+#   (docs/spec.md §4), whose public release has no label-noise path. `noise_presets`: `paper` runs
+#   the text's clients and server under each of `noise_modes`; `authors_code` runs FedCVAE's
+#   code's client CVAE and server with the standard-deviation noise. γ = 0 is Table 1.
 # - **Figs. 7–8**: decoded samples — client decoders near and far from the prior's centre
 #   (what the server and the eavesdropper get), and the aggregated server decoder of FedCVAE-KD
 #   beside decoder parameter averaging (Table 6's two columns, shown here, recorded by the

@@ -25,10 +25,10 @@
 #   aggregation ensemble (SA, label-free form P_ij = Σ_k Ū_r(j,k)·Ū_c(j,k)·P_k[i,j]) on real test
 #   data, over Dirichlet α and 2c/c.
 #
-# FedHydra is run twice: `sa_rescale=False` (Eqs. 8–11 literally; the SA logits are ≈ 1/C of
-# the mean logits, a softmax temperature of C) and `sa_rescale=True` (SA logits × C), as the specification
-# asks (docs/spec.md §4); its records carry preset `paper` and `paper+sa_rescale`. The SA *ensemble accuracy* is
-# the same for both (rescaling keeps the argmax).
+# FedHydra is run twice: `sa_rescale=False` (Eqs. 8–11 literally; the SA logits are ≈ 1/C of the
+# mean logits, a softmax temperature of C) and `sa_rescale=True` (SA logits × C), as the
+# specification asks (docs/spec.md §4); its records carry preset `paper` and `paper+sa_rescale`.
+# The SA *ensemble accuracy* is the same for both (rescaling keeps the argmax).
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images), few
 # local epochs, a few server epochs of a few generator steps and a short stratification —
@@ -188,8 +188,9 @@ summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods els
 # DENSE's pool (`sa_no_uc / pool`: 26.4 ± 12.6, only seed 1 above DENSE; 42.6 ± 6.2 at 20
 # epochs, 2 of 3 seeds), but not at α = 0.1 (21.2 ± 8.4); the same teacher in DENSE's own loop
 # does at least as well (27.3 ± 6.6; 46.0 ± 6.7), so at this scale the gain is the teacher's, not
-# FedHydra's loop (at the paper's data, one seed, FedHydra's loop is ahead: see below). The teacher panel shows why: label-free, SA as written (23.8 %) is below DENSE's mean of
-# logits (32.7 %); without Ū_c it reaches 49.0 %. With `teacher_regime_results` pointing at
+# FedHydra's loop (at the paper's data, one seed, FedHydra's loop is ahead: see below). The
+# teacher panel shows why: label-free, SA as written (23.8 %) is below DENSE's mean of logits
+# (32.7 %); without Ū_c it reaches 49.0 %. With `teacher_regime_results` pointing at
 # another file, the printed tables below are that file's, not these numbers.
 #
 # **The same check at the paper's scale: full FashionMNIST 2c/c** (the second table below). Before
