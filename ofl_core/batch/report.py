@@ -48,6 +48,7 @@ from .tasks import (
     load_grid,
     notebook_defaults,
 )
+from .yamlfile import load_yaml
 
 FULL_GRID = NOTEBOOK_DIR / "grids" / "full"
 #: paper-scale records shipped with the project (sidecar JSONs, as <out>/runs holds them)
@@ -171,7 +172,7 @@ def shipped_compute(results: Path, problems: list[dict]) -> dict[str, float]:
     if not f.is_file():
         return {}
     try:
-        data = yaml.safe_load(f.read_text()) or {}
+        data = load_yaml(f) or {}
         if not isinstance(data, dict):
             raise ValueError("expected a mapping of run id → {server_seconds, source}")
         out = {}
