@@ -187,7 +187,8 @@ SPEC = MethodSpec(
         "Liu et al. 2024 (FedLPA)", True, 1,
         "1: per layer, the weights matching the clients' K-FAC posteriors (closed form, then "
         "gradient refinement)",
-        "model + per-layer K-FAC factors (A, G) + n_k", "nothing", "one model",
+        "model + per-layer K-FAC factors (A, G) + n_k", "one shared initialisation",
+        "one model",
     ),
     homogeneous=True,
     client_step=attach_factors,

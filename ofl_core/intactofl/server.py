@@ -334,7 +334,8 @@ SPEC = MethodSpec(
     MethodKind(
         "Zeng et al. 2024 (IntactOFL)", True, 1,
         "T: generator synthesis against the gated mixture, then a gate pass over the pool",
-        MODEL, "nothing", "m client models + a gate (mixture of experts)",
+        MODEL, "a generator; the clients' BN statistics (L_BN)",
+        "m client models + a gate (mixture of experts)",
     ),
     recorded=("params", "params_one_expert", "flops_per_image", "flops_one_expert"),
 )
