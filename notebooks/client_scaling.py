@@ -92,8 +92,8 @@ runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=alpha
 
 # %% [markdown]
 # **FedCVAE Table 2 (initialisation seeds on one partition) and Table 5 (data partitions)**:
-# FedCVAE-Ens/-KD clients train CVAEs (`cvae_epochs`; Table 4's latent size d, so Ens and KD
-# have their own clients on FMNIST: d = 10 vs 100); FedAvg/FedOneShot (add them to
+# FedCVAE-Ens/-KD clients train CVAEs (`cvae_epochs`; FedCVAE's App. C Table 4 latent size d,
+# so Ens and KD have their own clients on FMNIST: d = 10 vs 100); FedAvg/FedOneShot (add them to
 # `fedcvae_methods`) train McMahan CNNs (`baseline_local_epochs`; `None` = the paper's).
 # Table 2 fixes the partition (`partition_seed`) and varies `seeds`; Table 5 varies the
 # partition (`partition_seeds`) with the first seed's initialisation, and its records carry

@@ -17,9 +17,11 @@
 # # FedCVAE: security shift (Fig. 5), label-count noise (Table 8), decoded samples (Figs. 7–8)
 #
 # - **Fig. 5** (FedCVAE §3.3, §4.3; α = 0.05, m = 10): clients train their CVAEs with the prior
-#   N(μ, I), μ a secret shared offline with the server. The legitimate server samples z around
-#   μ; an eavesdropper who intercepted every decoder and label count but not μ samples
-#   z ~ U(−b, b) for b ∈ {1, 10, 100, 1000}. Both train the FedCVAE-Ens classifier.
+#   N(μ, I), μ a secret shared offline with the server. (⚑ marks a documented difference
+#   between the paper's text and its authors' code; each becomes a preset.) The legitimate
+#   server samples z around μ; an eavesdropper who intercepted every decoder and label count
+#   but not μ samples z ~ U(−b, b) for b ∈ {1, 10, 100, 1000}. Both train the FedCVAE-Ens
+#   classifier.
 #   ⚑ `paper`: μ is a random point (μ ~ U(−s, s)^d, s = `mean_scale`; the paper only says "a
 #   random position in real space"). ⚑ `authors_code`: the authors' code never shifts the prior
 #   (μ = 0), so its figure — whose caption says "the prior is N(0, I)" — attacks standard-normal
@@ -148,9 +150,9 @@ noise.compare("fedcvae", "T1")
 #
 # Fig. 8-like: the aggregated server decoder — decoder parameter averaging vs knowledge
 # distillation (FedCVAE-KD) — at α = 0.01, beside the client decoders it summarises. Each
-# server decoder is sampled as FedCVAE-KD samples it (y uniform, truncated normal of Table 4's
-# KD width), a column per class, a block of rows per decoder. Below the figures: their
-# classifiers' accuracies beside Table 6, shown, not recorded (Table 6 belongs to the
+# server decoder is sampled as FedCVAE-KD samples it (y uniform, truncated normal of FedCVAE's
+# App. C Table 4 KD width), a column per class, a block of rows per decoder. Below the
+# figures: their classifiers' accuracies beside Table 6, shown, not recorded (Table 6 belongs to the
 # ablations notebook).
 
 # %%

@@ -31,9 +31,10 @@
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k 1×28×28 images; every
 # architecture accepts it), with **fewer and smaller** heterogeneous clients (CNN1, CNN2, LeNet
 # with a LeNet server — ResNet-18/GoogLeNet/WRNs are too slow on a CPU), tiny local and server
-# training, and tiny FedCVAE settings. The papers ran these tables on CIFAR10/SVHN only, so the
-# quick run has no paper cell beside it: compare orderings with the paper's tables printed
-# below. `run_all.py --full` injects the papers' exact client lists and settings.
+# training, and tiny FedCVAE settings. DENSE Table 2 and FedHydra Tables 3, 6 and 7 ran on
+# CIFAR10/SVHN only, so their quick runs have no paper cell beside them: compare orderings with
+# the paper's tables printed below (FedCVAE's homogeneous runs sit beside its FMNIST α = 0.01
+# cells). `run_all.py --full` injects the papers' exact client lists and settings.
 
 # %% tags=["parameters"]
 from typing import Optional

@@ -23,14 +23,16 @@
 # also uploads K-FAC factors of its layers, computed on its own data; the server solves for the
 # layer weights) and **IntactOFL** (Zeng et al., ACM MM 2024: the clients' models kept whole,
 # mixed by a gate trained on synthetic data) run beside DENSE on the same clients; their own
-# tables are not in this package (no primary source here), so their rows have no paper cell.
+# tables are not transcribed in this package's `paper_results.csv` (no primary source of them
+# is at hand), so their rows have no paper cell.
 #
 # Defaults: a quick CPU setting on the embedded FashionMNIST subset (10k training images),
 # with few local epochs and a short server (`server`'s `epochs`, `steps_per_epoch`); the papers'
 # numbers come from full datasets and far longer training (DENSE and FedHydra: 200 local and 200
 # server epochs), so the exact numbers will not match, and at the papers' scale the ordering does
 # not always match either (FedHydra's literal reading collapses, data-free FedDF falls below
-# FedAvg): the verdict per paper cell, with its evidence, is the report's scoreboard and
+# FedAvg): the verdict per paper cell, with its evidence, is the scoreboard of the HTML report
+# that `python run_all.py` builds (`report/index.html` in its output folder) and
 # docs/decisions/paper-gaps.md. FedLPA's refinement takes 500 gradient steps here
 # (`server`'s `newton_steps`; its code's 10,000, each reading every client's curvature factors,
 # take minutes on a CPU).

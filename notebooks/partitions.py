@@ -17,8 +17,10 @@
 # # Partitions: how non-IID the clients are
 #
 # Reproduces the data-distribution figures: DENSE Figs. 4–5 (right; Dirichlet α over clients),
-# FedHydra Figs. 3 and 6a (Dirichlet and "2c/c"), FedCVAE Figs. 3 and 9 (its own Dirichlet
-# scheme), and shows Co-Boosting's Dirichlet beside DENSE's. Each bubble is the number of
+# FedHydra Figs. 3 and 6a (Dirichlet and "2c/c"; Fig. 3's α = 0.01 panel is drawn by the full
+# grid, `notebooks/grids/full/partitions.yaml`), FedCVAE Fig. 3 (its own Dirichlet scheme; its
+# Fig. 9 draws such partitions beside their label-noise counts, which this notebook does not),
+# and shows Co-Boosting's Dirichlet beside DENSE's. Each bubble is the number of
 # samples of one class held by one client.
 #
 # The defaults run on the embedded FashionMNIST subset in seconds; papermill injects the
@@ -96,7 +98,7 @@ path = save_figure(fig, figures_dir, "classes_per_client")
 
 # %% [markdown]
 # ## FedCVAE scheme (per-client proportions over classes; 50% subset for MNIST/FMNIST)
-# FedCVAE Figs. 3 and 9: a Dirichlet draw per client over the classes (not per class over the
+# FedCVAE Fig. 3: a Dirichlet draw per client over the classes (not per class over the
 # clients), on half the training set; at α = 0.001 most clients hold one class.
 
 # %%

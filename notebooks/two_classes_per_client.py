@@ -182,8 +182,10 @@ summary = section.verdicts(tables, fig8, sa_rescale if "fedhydra" in methods els
 # docs/decisions/fedhydra.md#fedhydra-readings). FedHydra
 # as written (the paper preset, `sa / intermediate`) reaches 11.1 ± 0.2 % on 2c/c against
 # DENSE's 20.7 ± 1.8 % (below DENSE in 3 of 3 seeds; 3.3 vs 29.7 with 20 server epochs), and
-# 7.8 ± 5.7 vs 26.0 ± 13.5 at α = 0.1. No reading the paper's text allows beats DENSE: SA as
-# written gives 9.2–12.0 on 2c/c in all four distillation regimes. The best FedHydra variant at
+# 7.8 ± 5.7 vs 26.0 ± 13.5 at α = 0.1. SA as written (on logits, with Ū_c) beats DENSE in no
+# regime: 9.2–12.0 on 2c/c in all four. Other readings of SA pass DENSE's mean within the seeds'
+# spread (SA on probabilities from DENSE's pool 24.1 ± 6.2; Eq. 2's u as its logarithm on fresh
+# batches 24.2 ± 5.0). The best FedHydra variant at
 # 20 epochs, above DENSE on 2c/c at both server budgets, is SA without Ū_c distilled from
 # DENSE's pool (`sa_no_uc / pool`: 26.4 ± 12.6, only seed 1 above DENSE; 42.6 ± 6.2 at 20
 # epochs, 2 of 3 seeds), but not at α = 0.1 (21.2 ± 8.4); the same teacher in DENSE's own loop
