@@ -218,7 +218,8 @@ fi
 # --- bench: the three standard stages on the device --------------------------------------------
 if want bench; then
   tiny=(); [ "$TINY" = 1 ] && tiny=(--tiny)
-  cap=60; [ "$DEVICE" = cpu ] && cap=400
+  # GPU_CHECK_BENCH_CAP=SECONDS: each bench run's cap (default 60 on a GPU, 400 on the CPU)
+  cap=60; [ "$DEVICE" = cpu ] && cap=400; cap=${GPU_CHECK_BENCH_CAP:-$cap}
   THREADS=$(nproc 2>/dev/null || echo 1); [ "$THREADS" -gt 4 ] && THREADS=4
   reserve=0; want cell && reserve=$(( BUDGET / 2 ))  # the cell keeps half of the budget
   runs=("local bf16 grouped" "local fp32 grouped" "local bf16 sequential" "dense bf16 auto"

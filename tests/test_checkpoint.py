@@ -40,7 +40,8 @@ KD = dict(kd_batch_size=16)
 STRAT = dict(strat_steps=2, strat_batch_size=8)
 #: (method, preset, overrides): every distillation server, and the settings that add state
 #: (DENSE's code: G and z re-initialised each epoch, augmentation; a weighted teacher and
-#: FedHydra: the stratification; Co-Boosting's code: the cosine LR schedule)
+#: FedHydra: the stratification; Co-Boosting's code: the cosine LR schedule; IntactOFL: the
+#: gate, its optimiser and schedule)
 CASES = {
     "dense": ("dense", "paper", {**SMALL, **KD}),
     "dense-authors-code": ("dense", "authors_code", {**SMALL, **KD}),
@@ -53,6 +54,9 @@ CASES = {
     "feddf": ("feddf", "paper", {"epochs": 4, "steps_per_epoch": 2, "batch_size": 16}),
     "coboosting": ("coboosting", "paper", {**SMALL, **KD}),
     "coboosting-authors-code": ("coboosting", "authors_code", {**SMALL, **KD}),
+    "intactofl": ("intactofl", "paper", {**SMALL, **KD}),
+    "intactofl-authors-code": ("intactofl", "authors_code",
+                               {**SMALL, **KD, "input_norm": "fmnist"}),
 }
 STRATIFIED = {"dense-sa-teacher", "fedhydra", "fedhydra-replay"}
 

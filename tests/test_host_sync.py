@@ -32,6 +32,7 @@ SERVERS = {
     "fed-adi": dict(epochs=1, batch_size=8, kd_batch_size=8),
     "feddf": dict(epochs=1, batch_size=8),
     "coboosting": dict(epochs=1, batch_size=8, kd_batch_size=8, nz=8, ngf=4),
+    "intactofl": dict(epochs=1, batch_size=8, kd_batch_size=8, nz=8, ngf=4),
 }
 
 
