@@ -2,7 +2,7 @@
 FedCVAE Tables 2 and 5 (accuracy against the number of clients m).
 
 The runs themselves are declared in the notebook (one experiment per m and seed for DENSE T3 /
-FedHydra T4; :func:`~ofl_core.fedcvae_experiment.fedcvae_runs` for FedCVAE T2 and T5); these
+FedHydra T4; :func:`~ofl_core.sections.fedcvae_runs.fedcvae_runs` for FedCVAE T2 and T5); these
 functions only read the :class:`~ofl_core.tables.Tables` that ``run_tables`` returned.
 """
 
