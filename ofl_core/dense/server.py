@@ -43,7 +43,7 @@ from ..distill.targets import PoolTargets, cacheable
 from ..distill.teachers import TeacherBank
 from ..precision import resolve_amp
 from ..presets import check_preset
-from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..server import GENERATOR_BN, MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..uploads import ClientUpload
 
 ABLATIONS = (None, "ce_only", "no_bn", "no_div")
@@ -418,7 +418,7 @@ SPEC = MethodSpec(
     "dense", DenseConfig, run,
     MethodKind(
         "Zhang et al. NeurIPS 2022", True, 1, "per epoch: generator training → distillation", MODEL,
-        "a generator; the clients' BN statistics (L_BN)", "one model"
+        GENERATOR_BN, "one model"
     ),
 )
 

@@ -32,7 +32,7 @@ import torch
 from ..data.datasets import ImageDataset
 from ..data.partition import Partition
 from ..presets import check_preset
-from ..server import MethodKind, MethodSpec, ServerContext, ServerResult
+from ..server import SHARED_INIT, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..server.averaging import average_states
 from ..server.context import check_homogeneous
 from ..uploads import ClientUpload, build_from_upload, validate_upload
@@ -187,8 +187,7 @@ SPEC = MethodSpec(
         "Liu et al. 2024 (FedLPA)", True, 1,
         "1: per layer, the weights matching the clients' K-FAC posteriors (closed form, then "
         "gradient refinement)",
-        "model + per-layer K-FAC factors (A, G) + n_k", "one shared initialisation",
-        "one model",
+        "model + per-layer K-FAC factors (A, G) + n_k", SHARED_INIT, "one model",
     ),
     homogeneous=True,
     client_step=attach_factors,

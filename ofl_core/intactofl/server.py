@@ -46,7 +46,7 @@ from ..distill.teachers import TeacherBank
 from ..models.base import INPUT_NORMS, check_input_norm, normalize_input
 from ..presets import check_preset
 from ..seeds import derive_seed
-from ..server import MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
+from ..server import GENERATOR_BN, MODEL, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..uploads import ClientUpload, build_from_upload
 
 #: ``IntactOFLConfig.input_norm``'s value for the code's convention of the context's dataset
@@ -334,8 +334,7 @@ SPEC = MethodSpec(
     MethodKind(
         "Zeng et al. 2024 (IntactOFL)", True, 1,
         "T: generator synthesis against the gated mixture, then a gate pass over the pool",
-        MODEL, "a generator; the clients' BN statistics (L_BN)",
-        "m client models + a gate (mixture of experts)",
+        MODEL, GENERATOR_BN, "m client models + a gate (mixture of experts)",
     ),
     recorded=("params", "params_one_expert", "flops_per_image", "flops_one_expert"),
 )

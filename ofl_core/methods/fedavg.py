@@ -11,6 +11,7 @@ import torch
 from ..presets import check_preset
 from ..server import (
     MODEL,
+    SHARED_INIT,
     MethodKind,
     MethodSpec,
     ServerContext,
@@ -97,7 +98,7 @@ SPEC = MethodSpec(
     "fedavg", FedAvgConfig, run,
     MethodKind(
         "McMahan et al. 2017", True, 1, "1: weighted parameter average", MODEL + ' + sample count',
-        "one shared initialisation", "one model"
+        SHARED_INIT, "one model"
     ),
     homogeneous=True,
 )

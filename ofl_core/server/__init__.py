@@ -5,7 +5,7 @@ and returns (:class:`ServerContext`, :class:`ServerResult`), how a method declar
 
 from .averaging import average_states
 from .context import ServerContext, ServerResult, check_homogeneous
-from .spec import MODEL, MethodKind, MethodSpec
+from .spec import GENERATOR_BN, MODEL, SHARED_INIT, MethodKind, MethodSpec
 
-__all__ = ["MODEL", "MethodKind", "MethodSpec", "ServerContext", "ServerResult",
-           "average_states", "check_homogeneous"]
+__all__ = ["GENERATOR_BN", "MODEL", "SHARED_INIT", "MethodKind", "MethodSpec", "ServerContext",
+           "ServerResult", "average_states", "check_homogeneous"]

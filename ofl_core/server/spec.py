@@ -15,6 +15,10 @@ from typing import Any
 from .context import ServerContext, ServerResult
 
 MODEL = "model"  #: the usual upload: a state_dict and its architecture's name
+#: what a parameter-combining server needs: clients trained from one initial model
+SHARED_INIT = "one shared initialisation"
+#: what a DENSE-style synthesis needs: a generator and the BN statistics inside the clients
+GENERATOR_BN = "a generator; the clients' BN statistics (L_BN)"
 
 
 @dataclass(frozen=True)
