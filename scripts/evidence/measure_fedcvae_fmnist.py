@@ -23,6 +23,7 @@ expect about the baselines' time again (not yet timed at full scale).
         [--cvae-amp on|off] [--cvae-kinds fedcvae-kd]  # CVAE clients' precision, which ones
         [--cvae-presets CLIENTS SERVER] [--server-set KEY=VALUE ...]
         [--cvae-shared-init]                      # every client CVAE from one initialisation
+        [--param-avg-only]                        # Table 6's param-avg alone (no KD server)
         [--label-noise GAMMA MODE]                # Table 8: noise on the uploaded label counts
         [--subset FRACTION]                       # Table 7: the share of the training set
 
@@ -90,6 +91,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--server-set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="FedCVAE-Ens/-KD server fields to override, e.g. allocation=equal "
                         "conv_relu=false (values read as JSON where they parse)")
+    p.add_argument("--param-avg-only", action="store_true",
+                   help="run only Table 6's param-avg on the FedCVAE-KD decoders (no KD server)")
     p.add_argument("--cvae-shared-init", action="store_true",
                    help="every client CVAE starts from the same weights (CVAETrainConfig."
                         "shared_init; the authors' code's Table 6 script sets "
@@ -148,9 +151,10 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
                 **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"}),
                 **({"shared_init": True} if args.cvae_shared_init else {}), **args.noise}
         clients, server = args.cvae_presets
-        plain = (clients, server) == ("paper", "paper") and not args.server_overrides
+        plain = (clients, server) == ("paper", "paper")
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
-                              ("fedcvae-kd", ["fedcvae-kd"] + (["param-avg"] if plain else []))):
+                              ("fedcvae-kd", (["fedcvae-kd"] if not args.param_avg_only else [])
+                               + (["param-avg"] if plain else []))):
             if kind not in args.cvae_kinds:
                 continue
             mcfgs = configure_methods(methods, [server], common={"dataset": "fmnist"},
@@ -203,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
                 best = res.best_acc if res.best_acc is not None else last
                 server_set = args.server_overrides if kind.startswith("fedcvae") else {}
                 log(event="result", method=name, seed=seed, preset=mcfg.preset,
-                    clients=preset, amp=getattr(clients, "amp", None), server_set=server_set,
+                    clients=preset, epochs=clients.epochs, amp=getattr(clients, "amp", None),
+                    server_set=server_set,
                     shared_init=getattr(clients, "shared_init", None),
                     label_noise=[getattr(clients, "label_noise_gamma", None),
                                  getattr(clients, "label_noise", None)],
