@@ -151,10 +151,9 @@ def groups(args: argparse.Namespace) -> list[tuple[str, str, object, list[tuple[
                 **({} if args.cvae_amp == "default" else {"amp": args.cvae_amp == "on"}),
                 **({"shared_init": True} if args.cvae_shared_init else {}), **args.noise}
         clients, server = args.cvae_presets
-        plain = (clients, server) == ("paper", "paper")
         for kind, methods in (("fedcvae-ens", ["fedcvae-ens"]),
                               ("fedcvae-kd", (["fedcvae-kd"] if not args.param_avg_only else [])
-                               + (["param-avg"] if plain else []))):
+                               + ["param-avg"])):
             if kind not in args.cvae_kinds:
                 continue
             mcfgs = configure_methods(methods, [server], common={"dataset": "fmnist"},
