@@ -62,6 +62,10 @@ t6_methods: list[str] = ["kd", "param-avg"]
 # Table 6's clients: each CVAE initialised on its own (False: Alg. 3, the paper preset) and/or
 # all from one initialisation (True: the authors' code's Table 6 runs; labelled shared_init=true)
 t6_shared_init: list[bool] = [False]
+# Table 6's readings: `paper` (the text) and/or `authors_code` (FedCVAE's code: its client CVAE
+# and its server classifier, no ReLU after the convolutions); labelled `authors_code` and, on
+# shared-initialisation clients, `authors_code+shared_init=true`
+t6_presets: list[str] = ["paper"]
 t7_methods: list[str] = ["fedcvae-ens", "fedcvae-kd"]
 # Table 7's readings: `paper` (the text) and/or `authors_code` (FedCVAE's code: its client CVAE
 # and server, its baselines' clients without conv activations, FedOneShot's hard vote)
@@ -113,7 +117,7 @@ runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
 # `t7_methods` at each client data fraction of `subsets`; Table 6 runs `t6_methods` at
 # FedCVAE's default fraction (50 %). Table 6's "kd" column is FedCVAE-KD itself (the same
 # computation), so it is FedCVAE-KD's run relabelled `kd` (one run when Table 7 has it at 50 %).
-# Table 7 runs under each of `t7_presets`, Table 6 under `paper`.
+# Table 7 runs under each of `t7_presets`, Table 6 under each of `t6_presets`.
 # `t6_shared_init` picks Table 6's clients: each CVAE initialised on its own (`False`, Alg. 3)
 # or all from one initialisation (`True`, what the authors' code averages; records labelled
 # `shared_init=true`): averaging independently initialised decoders gives noise.
@@ -128,9 +132,10 @@ fedcvae_server = server_settings(dataset=dataset, num_samples=fedcvae_samples,
                                  kd_epochs=decoder_kd_epochs)
 t6_names = ["fedcvae-kd" if m == "kd" else m for m in t6_methods]
 configs = configure_methods(list(dict.fromkeys(t7_methods + t6_names)),
-                            list(dict.fromkeys(["paper", *t7_presets])), common=fedcvae_server)
+                            list(dict.fromkeys(["paper", *t7_presets, *t6_presets])),
+                            common=fedcvae_server)
 t7_configs = [(n, c) for n, c in configs if n in t7_methods and c.preset in t7_presets]
-t6_configs = [(n, c) for n, c in configs if n in t6_names and c.preset == "paper"]
+t6_configs = [(n, c) for n, c in configs if n in t6_names and c.preset in t6_presets]
 t6 = Serves("fedcvae", "T6", setting="", rename=(("fedcvae-kd", "kd"),))
 fedcvae_cells = [(subset, t7_configs, Serves("fedcvae", "T7"), False) for subset in subsets]
 fedcvae_cells += [(fed["subset"], t6_configs, t6, shared) for shared in t6_shared_init]
@@ -141,7 +146,8 @@ runs += [r for a in fedcvae_alphas for s in seeds
                               num_clients=fedcvae_clients, seed=s, subset=subset,
                               resize=fed["resize"], setting=f"subset={subset * 100:g}%",
                               **common),
-             [(n, c, "shared_init=true") if shared else (n, c) for n, c in methods],
+             [(n, c, section.shared_init_label(c.preset)) if shared else (n, c)
+              for n, c in methods],
              [serves], cvae={"epochs": cvae_epochs, **({"shared_init": True} if shared else {})},
              local={"epochs": baseline_local_epochs}, partition_seed=partition_seed)]
 tables = run_tables(runs)

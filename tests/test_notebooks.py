@@ -89,9 +89,9 @@ def test_notebook_runs_at_tiny_settings_and_publishes_records(nb, tmp_path):
         assert r.paper in ("dense", "fedhydra", "fedcvae")
         assert r.table.startswith(("T", "Fig")), r.table
         assert r.data_source
-    if nb == "ablations":  # Table 6 on both initialisations, each labelled
+    if nb == "ablations":  # Table 6 on both initialisations under both readings, each labelled
         assert {r.preset for r in recs if (r.paper, r.table) == ("fedcvae", "T6")} \
-            == {"paper", "shared_init=true"}
+            == {"paper", "shared_init=true", "authors_code", "authors_code+shared_init=true"}
 
 
 def test_unknown_parameters_and_notebooks_are_rejected():

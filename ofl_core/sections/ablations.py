@@ -31,6 +31,13 @@ def preset_label(cfg: DenseConfig) -> str:
     return cfg.preset + ("" if cfg.kd_data == "pool" else f"+kd_data={cfg.kd_data}")
 
 
+def shared_init_label(preset: str) -> str:
+    """The preset label of a FedCVAE Table 6 run on clients that all start from one
+    initialisation: ``"shared_init=true"`` under ``paper`` (the label its records have always
+    carried), ``"<preset>+shared_init=true"`` under any other preset (e.g. ``authors_code``)."""
+    return "shared_init=true" if preset == "paper" else f"{preset}+shared_init=true"
+
+
 def dense_methods(variants: Sequence[str], presets: Sequence[str], kd_data: Sequence[str],
                   server: Mapping[str, Any]) -> tuple[Methods, Methods, Methods]:
     """DENSE's server variants as ``(name, config, preset label)`` triples, three groups:
@@ -104,4 +111,5 @@ def save_subsets_figure(tables: Tables, dataset: str, figures_dir: str | os.Path
     return save_figure(fig, figures_dir, "fedcvae_t7_subsets")
 
 
-__all__ = ["dense_methods", "preset_label", "save_dense_variants_figure", "save_subsets_figure"]
+__all__ = ["dense_methods", "preset_label", "save_dense_variants_figure", "save_subsets_figure",
+           "shared_init_label"]
