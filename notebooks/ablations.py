@@ -96,6 +96,7 @@ from ofl_core.experiment import ExperimentConfig, configure_methods
 from ofl_core.plots import save_paper_vs_ours
 from ofl_core.results import record
 from ofl_core.sections import ablations as section
+from ofl_core.sections.ablations import shared_init_label
 from ofl_core.sections.fedcvae_runs import fedcvae_data_settings, fedcvae_runs
 from ofl_core.tables import Run, Serves, run_tables, server_settings
 
@@ -146,8 +147,7 @@ runs += [r for a in fedcvae_alphas for s in seeds
                               num_clients=fedcvae_clients, seed=s, subset=subset,
                               resize=fed["resize"], setting=f"subset={subset * 100:g}%",
                               **common),
-             [(n, c, section.shared_init_label(c.preset)) if shared else (n, c)
-              for n, c in methods],
+             [(n, c, shared_init_label(c.preset)) if shared else (n, c) for n, c in methods],
              [serves], cvae={"epochs": cvae_epochs, **({"shared_init": True} if shared else {})},
              local={"epochs": baseline_local_epochs}, partition_seed=partition_seed)]
 tables = run_tables(runs)

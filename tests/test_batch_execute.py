@@ -150,3 +150,33 @@ def test_code_version_names_the_commit_and_edits_without_running_the_notebook_fi
     (tmp_path / "ofl_core/m.py").write_text("x = 2\n")
     assert code_version(tmp_path).endswith(f"git {rev}+dirty")
     assert not log.exists(), "the .ipynb filter ran"
+
+
+@pytest.mark.parametrize("error, calls, status", [
+    (RuntimeError("Kernel died before replying to kernel_info"), 3, "failed"),
+    (None, 2, "done"),  # the first start loses the port race, the second runs the notebook
+    (ValueError("boom"), 1, "failed"),  # a notebook's own error is not retried
+])
+def test_a_kernel_that_fails_to_start_is_started_again(tmp_path, monkeypatch, error, calls,
+                                                       status):
+    import papermill
+
+    from ofl_core.batch import execute
+
+    nbdir = probe_notebook(tmp_path / "nbs")
+    seen = []
+
+    def fake_execute(src, dst, **kw):
+        seen.append(dst)
+        if error is None and len(seen) == 1:
+            raise RuntimeError("zmq.error.ZMQError: Address already in use")
+        if error is not None:
+            raise error
+        shutil.copy(src, dst)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    res = execute.execute_task(Task("probe", {"tag": "t", "probe_dir": str(tmp_path)}),
+                               tmp_path / "out", tmp_path / "fig", nbdir)
+    assert (len(seen), res.status) == (calls, status), res.error
+    if error is not None:
+        assert type(error).__name__ in res.error

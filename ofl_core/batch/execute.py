@@ -68,6 +68,16 @@ def stop_requested() -> bool:
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: set in every notebook kernel's environment: no progress bars in executed notebooks
 KERNEL_ENV = {"TQDM_DISABLE": "1"}
+#: how many times a task's kernel may be started: jupyter_client picks free ports and binds
+#: them later, so kernels starting at once (parallel tasks, test workers) can race for a port
+#: and the loser dies before its first reply; no cell has run then, so starting again is safe
+KERNEL_START_ATTEMPTS = 3
+_KERNEL_START_FAILURES = ("Kernel died before replying to kernel_info", "Address already in use")
+
+
+def _kernel_start_failed(e: BaseException) -> bool:
+    """Whether ``e`` is a kernel that failed to start (no cell of the notebook ran)."""
+    return any(s in f"{type(e).__name__}: {e}" for s in _KERNEL_START_FAILURES)
 
 
 @contextmanager
@@ -100,15 +110,19 @@ def execute_task(
     params = {**task.parameters, "figures_dir": str(figures_dir.resolve())}
     t0 = time.perf_counter()
     error = detail = ""
-    try:
-        with _kernel_env():
-            papermill.execute_notebook(
-                str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
-                kernel_name=kernel_name, progress_bar=False, log_output=log_output,
-                cwd=str(notebook_dir), execution_timeout=cell_timeout,
-            )
-    except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
-        error, detail = _short_error(e), _error_tail(e)
+    for attempt in range(1, KERNEL_START_ATTEMPTS + 1):
+        try:
+            with _kernel_env():
+                papermill.execute_notebook(
+                    str(notebook_dir / f"{task.notebook}.ipynb"), str(tmp), parameters=params,
+                    kernel_name=kernel_name, progress_bar=False, log_output=log_output,
+                    cwd=str(notebook_dir), execution_timeout=cell_timeout,
+                )
+        except Exception as e:  # noqa: BLE001 - a failed notebook marks its task, not the batch
+            if _kernel_start_failed(e) and attempt < KERNEL_START_ATTEMPTS:
+                continue
+            error, detail = _short_error(e), _error_tail(e)
+        break
     secs = time.perf_counter() - t0
     if error:
         if tmp.exists():
