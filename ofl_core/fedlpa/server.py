@@ -130,11 +130,16 @@ def refine(m0: torch.Tensor, z: torch.Tensor, weights: list[float], factors: lis
     return m
 
 
+def client_weights(uploads: list[ClientUpload], weighted: bool = True) -> list[float]:
+    """The clients' weights w_k: n_k / n (``weighted``, the code) or uniform."""
+    n = [float(u.num_samples) for u in uploads]
+    return [x / sum(n) for x in n] if weighted else [1.0 / len(n)] * len(n)
+
+
 def aggregate(uploads: list[ClientUpload], cfg: FedLPAConfig, device: str | torch.device
               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
     """The two global state dicts (refined, closed form) and per-layer diagnostics."""
-    n = [float(u.num_samples) for u in uploads]
-    weights = [x / sum(n) for x in n] if cfg.weighted else [1.0 / len(n)] * len(n)
+    weights = client_weights(uploads, cfg.weighted)
     states = [u.state_dict for u in uploads]
     avg = average_states(states, weights)
     refined, biased = dict(avg), dict(avg)
@@ -194,5 +199,5 @@ SPEC = MethodSpec(
     recorded=("acc_newton", "acc_biased", "chosen"),
 )
 
-__all__ = ["SPEC", "FedLPAConfig", "aggregate", "attach_factors", "closed_form", "fit", "refine",
-           "run"]
+__all__ = ["SPEC", "FedLPAConfig", "aggregate", "attach_factors", "client_weights", "closed_form",
+           "fit", "refine", "run"]

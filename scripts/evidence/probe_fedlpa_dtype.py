@@ -29,14 +29,13 @@ import torch
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import accuracy
 from ofl_core.experiment import ExperimentConfig, setup_experiment
-from ofl_core.fedlpa.server import FedLPAConfig, aggregate, attach_factors
+from ofl_core.fedlpa.server import FedLPAConfig, aggregate, attach_factors, client_weights
 from ofl_core.uploads import build_from_upload
 
 
-def condition_numbers(uploads: list, weighted: bool = True) -> dict[str, dict[str, float]]:
+def condition_numbers(uploads: list) -> dict[str, dict[str, float]]:
     """Per layer, cond(Ā) and cond(Ḡ) of the n_k-weighted factor averages, in float64."""
-    n = [float(u.num_samples) for u in uploads]
-    w = [x / sum(n) for x in n] if weighted else [1.0 / len(n)] * len(n)
+    w = client_weights(uploads)
     out = {}
     for name in uploads[0].curvature:
         conds = {}
@@ -70,8 +69,7 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict:
             model = build_from_upload(dataclasses.replace(uploads[0], state_dict=state,
                                                           client_id=-1, curvature=None))
             accs[key] = accuracy(model, ds.x_test, ds.y_test)
-        out[dtype] = {**accs, "seconds": time.perf_counter() - t0,
-                      "residuals": {k: v for k, v in diag.items()}}
+        out[dtype] = {**accs, "seconds": time.perf_counter() - t0, "residuals": diag}
     return out
 
 
