@@ -64,15 +64,17 @@ def test_only_the_clients_a_later_method_used_and_its_notes_reach_the_table(tmp_
     head = [th.text for th in table.find("tr").find_all("th")]
     assert len(head) == 2 and "2 local ep." in head[1] and "α=0.5" in head[1]
     rows = {tr.find("th").text: tr.find("td").text for tr in table.find_all("tr")[1:]}
-    assert rows["dense"] == "61.00 ± 1.41 (n=2)"  # not 99: other clients
-    assert rows["coboosting"] == "65.00 ± 1.41 (n=2)"
+    # not 99: other clients; the seeds are named, as they are not all of the column's (1-3)
+    assert rows["dense"] == "61.00 ± 1.41 (n=2: seeds 1, 2)"
+    assert rows["coboosting"] == "65.00 ± 1.41 (n=2: seeds 1, 2)"
     # every client set a later method used: seeds 1 and 2, and seed 3's (IntactOFL only)
     assert rows["ensemble (the clients' mean logits)"] == "67.33 ± 6.43 (n=3)"
-    assert rows["fedlpa"] == "50.00 (n=1)" and rows["fedlpa: biased model"] == "40.00 (n=1)"
+    assert rows["fedlpa"] == "50.00 (n=1: seed 1)"
+    assert rows["fedlpa: biased model"] == "40.00 (n=1: seed 1)"
     assert "fedlpa: newton model" not in rows  # the method's own number is not repeated
     order = list(rows)
     assert order.index("dense") < order.index("coboosting")  # the papers' methods first
-    assert rows["intactofl"] == "63.00 ± 11.31 (n=2)"
+    assert rows["intactofl"] == "63.00 ± 11.31 (n=2: seeds 1, 3)"
     extras = soup.find(id="dense-T1").find_next("table", class_="extras")
     also = {tr.find("th").text: tr.find("td").text for tr in extras.find_all("tr")[1:]}
     # beside DENSE Table 1 only the clients DENSE used: seed 3's IntactOFL stays out

@@ -104,12 +104,17 @@ def _label(s: pd.Series, grids: list[str]) -> str:
     return " · ".join(parts) + " · " + (", ".join(grids) if grids else s["origin"])
 
 
-def _cell(values: pd.Series) -> str:
-    v = values.astype(float)
+def _cell(g: pd.DataFrame, column_seeds: set) -> str:
+    """Mean ± std over the cell's seeds; the seeds are named when they are not all of its
+    column's, as the cells beside it may then average other client sets."""
+    v = g["last_acc"].astype(float)
     if v.empty:
         return ""
+    seeds = sorted(set(g["seed"]))
+    which = (f": seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+             if set(seeds) != column_seeds else "")
     return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "") + \
-        f" (n={len(v)})"
+        f" (n={len(v)}{which})"
 
 
 def _method_rows(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -175,9 +180,10 @@ def beyond_table(runs: Iterable[dict]) -> BeyondTable | None:
     keys = list(settings["setting_key"])
     grids = {k: sorted(set(g) - {""}) for k, g in df.groupby("setting_key")["grid"]}
     labels = {s["setting_key"]: _label(s, grids[s["setting_key"]]) for _, s in settings.iterrows()}
+    column_seeds = {k: set(g) for k, g in df.groupby("setting_key")["seed"]}
     rows = []
     for name, g in _method_rows(df):
-        rows.append((name, [_cell(g.loc[g["setting_key"] == k, "last_acc"]) for k in keys]))
+        rows.append((name, [_cell(g.loc[g["setting_key"] == k], column_seeds[k]) for k in keys]))
     return BeyondTable([labels[k] for k in keys], rows, _costs(df, labels))
 
 
