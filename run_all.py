@@ -9,6 +9,7 @@
                                               # (default --quick: one per core, ≤ 4)
     python run_all.py --full --executor dask --cluster slurm --gpus-per-task 1 --jobs 8
     python run_all.py --full --executor submitit --partition gpu --gpus-per-task 1 --dry-run
+    python run_all.py --grid results/grids/dense_table1_fmnist.yaml --skip-shipped  # the rest
 
 Finished runs are skipped when re-run (delete <out>/runs/ or pass --no-resume to redo them).
 One failing notebook, a dead kernel or a --task-timeout never stops the batch; the exit status
@@ -35,7 +36,7 @@ from ofl_core.batch.gpus import NoGpuError
 from ofl_core.batch.grid import BookkeepingError, make_specs, run_grid
 from ofl_core.batch.jobs import job_script
 from ofl_core.batch.optional import MissingDependencyError
-from ofl_core.batch.report import RESULTS_DIR, build_report
+from ofl_core.batch.report import RESULTS_DIR, build_report, shipped_for
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -67,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="per-cell timeout in seconds (default: none)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the task list (and the batch job script) and exit")
+    ap.add_argument("--skip-shipped", action="store_true",
+                    help="leave out the tasks whose run is shipped in results/ (same notebook "
+                         "and parameters; the report reads those records anyway)")
     _add_executor_args(ap)
     return ap.parse_args(argv)
 
@@ -183,12 +187,14 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
     cells (and, for SLURM / PBS, the job script) without running anything."""
     every = paper_cell_set()
     filled = []
-    for t in tasks:
+    for t, shipped in zip(tasks, shipped_for(tasks, RESULTS_DIR), strict=True):
         cells = planned_cells(t.notebook, effective_parameters(t), every)
         filled.append(cells)
         print(t.notebook, t.run_id(), t.parameters)
         print(f"    fills {len(cells)} paper cells" + (f": {summarize_cells(cells)}" if cells
                                                        else ""))
+        if shipped:
+            print(f"    shipped: {shipped['shipped']} ({shipped.get('code_version', '?')})")
     specs = make_specs(tasks, args.out, cfg, resume=not args.no_resume)
     todo = [s for s in specs if args.no_resume or not spec_finished(s)]
     print(f"# {len(tasks)} tasks, {len(tasks) - len(todo)} already finished; executor "
@@ -205,6 +211,15 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
         print(f"# paper tables these tasks fill no cell of: {', '.join(cov.missed_tables)}")
     print(cov.line())
     return 0
+
+
+def without_shipped(tasks: list[Task]) -> list[Task]:
+    """``tasks`` less those with a run shipped in ``results/`` (:func:`shipped_for`), saying
+    how many were left out."""
+    left = [t for t, s in zip(tasks, shipped_for(tasks, RESULTS_DIR), strict=True) if s is None]
+    print(f"# --skip-shipped: {len(tasks) - len(left)} of {len(tasks)} tasks left out, "
+          f"their runs shipped in {RESULTS_DIR}")
+    return left
 
 
 def check_out(out: str) -> None:
@@ -244,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tasks = make_tasks(args)
         cfg = executor_config(args)
+        if args.skip_shipped:
+            tasks = without_shipped(tasks)
+            if not tasks:
+                print(f"every task is shipped in {RESULTS_DIR}: nothing to run")
+                return 0
         load_gaps(RESULTS_DIR / "gaps.yaml")  # the report needs it: checked before any task
         if args.dry_run:
             return dry_run(tasks, cfg, args)

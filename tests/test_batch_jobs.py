@@ -7,6 +7,7 @@ tests/test_batch_jobs.py -k golden``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -75,3 +76,38 @@ def test_dry_run_prints_tasks_and_the_slurm_script(tmp_path, capsys):
     assert rc == 0 and text.startswith("partitions ")
     assert "#SBATCH --gres=gpu:1" in text and "#SBATCH -t 04:00:00" in text
     assert not (tmp_path / "runs").exists()
+
+
+def test_skip_shipped_leaves_out_the_tasks_whose_run_is_shipped(tmp_path, capsys, monkeypatch):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("partitions:\n  - {num_clients: 3}\n  - {num_clients: 4}\n")
+    results = tmp_path / "results"
+    (results / "partitions").mkdir(parents=True)
+    (results / "partitions" / "abc.json").write_text(json.dumps({
+        "status": "done", "notebook": "partitions", "run_id": "abc",
+        "parameters": {"num_clients": 4}, "code_version": "ofl_core 0.1.0, git 0123456789ab",
+        "records": []}))
+    monkeypatch.setattr(run_all, "RESULTS_DIR", results)
+    out = tmp_path / "out"
+
+    assert run_all.main(["--grid", str(grid), "--out", str(out), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.strip().startswith("shipped:")]
+    assert len(marks) == 1
+    assert lines[marks[0]].strip() == ("shipped: results/partitions/abc.json "
+                                       "(ofl_core 0.1.0, git 0123456789ab)")
+    task_line = next(line for line in reversed(lines[:marks[0]])
+                     if line.startswith("partitions "))
+    assert "'num_clients': 4" in task_line
+
+    assert run_all.main(["--grid", str(grid), "--out", str(out), "--dry-run",
+                         "--skip-shipped"]) == 0
+    text = capsys.readouterr().out
+    tasks = [line for line in text.splitlines() if line.startswith("partitions ")]
+    assert "1 of 2 tasks left out" in text
+    assert len(tasks) == 1 and "'num_clients': 3" in tasks[0]
+
+    grid.write_text("partitions:\n  - {num_clients: 4}\n")
+    assert run_all.main(["--grid", str(grid), "--out", str(out), "--skip-shipped"]) == 0
+    assert "nothing to run" in capsys.readouterr().out
+    assert not (out / "runs").exists()

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -160,6 +160,22 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
         if d is not None:
             runs.append({**d, "shipped": js.relative_to(results.parent).as_posix()})
     return runs
+
+
+def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR) -> list[dict | None]:
+    """For each task, the shipped run of ``results/`` made with the very same notebook and
+    parameters (its sidecar's ``shipped`` path and ``code_version`` say which), or None.
+
+    Matched on the parameters, not the run id: the run id also hashes the notebook's source,
+    so a record shipped from an earlier commit of the notebook has another id for the same
+    grid task."""
+    def key(notebook: str, parameters: dict) -> str:
+        return json.dumps([notebook, parameters], sort_keys=True)
+
+    by_key: dict[str, dict] = {}
+    for run in shipped_runs(results):
+        by_key.setdefault(key(run["notebook"], run.get("parameters", {})), run)
+    return [by_key.get(key(t.notebook, t.parameters)) for t in tasks]
 
 
 def shipped_compute(results: Path, problems: list[dict]) -> dict[str, float]:
