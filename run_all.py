@@ -9,7 +9,7 @@
                                               # (default --quick: one per core, ≤ 4)
     python run_all.py --full --executor dask --cluster slurm --gpus-per-task 1 --jobs 8
     python run_all.py --full --executor submitit --partition gpu --gpus-per-task 1 --dry-run
-    python run_all.py --grid results/grids/dense_table1_fmnist.yaml --skip-shipped  # the rest
+    python run_all.py --grid results/grids/fedlpa_setting_fmnist.yaml --skip-shipped  # the rest
 
 Finished runs are skipped when re-run (delete <out>/runs/ or pass --no-resume to redo them).
 One failing notebook, a dead kernel or a --task-timeout never stops the batch; the exit status

@@ -577,6 +577,17 @@ def test_the_shipped_grids_cover_every_fmnist_cell_at_paper_scale():
     assert not fmnist - planned, sorted(fmnist - planned)[:10]
 
 
+def test_the_full_grids_plan_every_cell_of_the_papers():
+    """notebooks/grids/full/ (``run_all.py --full``) plans each of the papers' cells, every
+    dataset included: the README's "covers all 867 cells"."""
+    every = paper_cell_set()
+    planned: set = set()
+    for t in load_grid(NOTEBOOK_DIR / "grids" / "full"):
+        planned |= planned_cells(t.notebook, effective_parameters(t), every)
+    assert len(every) == 867
+    assert not every - planned, sorted(every - planned)[:10]
+
+
 def test_a_report_without_nbconvert_still_reports_the_records(tmp_path, monkeypatch):
     """Where nbconvert (the notebook extra) is missing, as on a bare GPU node, each run's page
     is a listed problem and the scoreboard is written all the same."""

@@ -333,7 +333,7 @@ SPEC = MethodSpec(
     "intactofl", IntactOFLConfig, run,
     MethodKind(
         "Zeng et al. 2024 (IntactOFL)", True, 1,
-        "T: generator synthesis against the gated mixture, then a gate pass over the pool",
+        "per epoch: generator synthesis against the gated mixture → a gate pass over the pool",
         MODEL, GENERATOR_BN, "m client models + a gate (mixture of experts)",
     ),
     recorded=("params", "params_one_expert", "flops_per_image", "flops_one_expert"),

@@ -134,6 +134,6 @@ SPEC = MethodSpec(
     "feddf", FedDFConfig, run,
     MethodKind(
         "Lin et al. 2020", False, 1, "1: ensemble distillation on proxy inputs", MODEL,
-        "unlabelled proxy data (here: uniform noise, so data-free)", "one model"
+        "unlabelled proxy data (ofl's default proxy, uniform noise, needs none)", "one model"
     ),
 )
