@@ -11,6 +11,8 @@ from ofl_core.results import (
     RECORDS_MIME,
     ResultRecord,
     compare_with_paper,
+    cpu_info,
+    machine,
     paper_results,
     read_records,
     record,
@@ -84,3 +86,26 @@ def test_compare_with_paper_puts_the_cell_beside_the_seed_mean():
     assert t[t.method == "ensemble"].paper.isna().all()
     other = compare_with_paper([_rec(alpha=0.3)], "dense", "T1")
     assert other.paper.iloc[0] == pytest.approx(82.96)
+
+
+XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\n"
+        "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile\n\n"
+        "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\n"
+        "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile\n")
+EPYC = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n"
+
+
+@pytest.mark.parametrize("text, cpu, features", [
+    (XEON, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "avx2,avx512f,avx512_bf16,amx_bf16"),
+    (EPYC, "AMD EPYC", "avx2"),
+])
+def test_cpu_info_names_the_model_and_the_features_that_pick_the_kernels(text, cpu, features):
+    assert cpu_info(text) == {"cpu": cpu, "cpu_features": features}
+
+
+def test_a_runs_machine_names_its_cpu():
+    """Records made on CPUs with and without native bfloat16 differ in speed and rounding, so
+    a run's sidecar says which CPU it ran on."""
+    m = machine()
+    assert m["cpu"] and isinstance(m["cpu_features"], str)
+    assert {"host", "cores", "threads", "gpus"} <= set(m)

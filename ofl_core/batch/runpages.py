@@ -36,7 +36,9 @@ def machine_text(machine: dict | None) -> str:
         return "machine not recorded"
     gpu = f"GPU: {machine['gpus']}" if machine.get("gpus") else "no GPU"
     threads = f", {machine['threads']} thread(s)" if machine.get("threads") else ""
-    return f"{machine.get('host', '?')}, {machine.get('cores', '?')} cores{threads}, {gpu}"
+    cpu = ", ".join(str(machine[k]) for k in ("cpu", "cpu_features") if machine.get(k))
+    return (f"{machine.get('host', '?')}{f' ({cpu})' if cpu else ''}, "
+            f"{machine.get('cores', '?')} cores{threads}, {gpu}")
 
 
 def cost_text(run: dict) -> str:

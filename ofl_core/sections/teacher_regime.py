@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -217,16 +216,9 @@ def run_variant(setup: Setup, v: Variant, server: dict, strat: Stratification) -
 
 
 def machine_info() -> dict:
-    """Where a row ran: host, cores, CPU model, torch's threads and version (and GPUs)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                       cpu)
-    except OSError:
-        pass
-    return {**machine(), "cpu": cpu, "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__}
+    """Where a row ran: host, CPU model and features, cores, torch's threads and version (and
+    GPUs)."""
+    return {**machine(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
 def wall_time(data: dict) -> dict:
