@@ -9,25 +9,18 @@ everywhere.
 
 from __future__ import annotations
 
-import functools
-import platform
 from typing import Literal
 
 import torch
 
+from .hardware import this_cpu
+
 Amp = bool | Literal["auto"]
 
 
-@functools.cache
 def _cpu_has_bf16() -> bool:
-    if platform.system() != "Linux":
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln for ln in f if ln.startswith("flags")), "")
-    except OSError:
-        return False
-    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
+    features = this_cpu()["cpu_features"].split(",")
+    return "avx512_bf16" in features or "amx_bf16" in features
 
 
 def native_bf16(device: str | torch.device) -> bool:

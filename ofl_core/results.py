@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .hardware import this_cpu
+
 RECORDS_MIME = "application/vnd.ofl.records+json"
 COMPARE_COLUMNS = ["dataset", "data_source", "partition", "alpha", "num_clients", "setting",
                    "method", "preset", "paper", "ours_last", "ours_best", "diff_last",
@@ -219,35 +221,12 @@ def paper_methods(paper: str, table: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paper_results(paper, table)["method"]))
 
 
-#: the CPU features that choose PyTorch's kernels for a run's arithmetic: bfloat16 autocast is
-#: native with ``avx512_bf16`` / ``amx_bf16`` and emulated (several times slower, other
-#: rounding) on a CPU with ``avx2`` alone
-CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-
-
-def cpu_info(cpuinfo: str | None = None) -> dict[str, str]:
-    """The CPU's model name and which of :data:`CPU_FEATURES` it has (comma-separated), from
-    ``/proc/cpuinfo`` (or the text given); where there is none, the platform's processor name
-    and no features."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            cpuinfo = ""
-    fields_ = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        fields_.setdefault(key.strip(), value.strip())
-    flags = set(fields_.get("flags", "").split())
-    return {"cpu": fields_.get("model name") or platform.processor() or platform.machine(),
-            "cpu_features": ",".join(f for f in CPU_FEATURES if f in flags)}
-
-
 def machine() -> dict:
-    """Where a task ran: host, CPU model and the features that pick its kernels
-    (:func:`cpu_info`), cores, its thread count and GPUs (names when nvidia-smi is there), and
-    with a GPU the float32 precision of its convolutions and matrix products (``cuda_fp32``:
-    "tf32" or "ieee", "none" = PyTorch's default; docs/gpu.md, the CUDA review)."""
+    """Where a task ran: host, CPU model and the features that pick its arithmetic
+    (:func:`~ofl_core.hardware.cpu_info`), cores, its thread count and GPUs (names when
+    nvidia-smi is there), and with a GPU the float32 precision of its convolutions and matrix
+    products (``cuda_fp32``: "tf32" or "ieee", "none" = PyTorch's default; docs/gpu.md, the
+    CUDA review)."""
     gpus = ""
     if shutil.which("nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "":
         try:
@@ -255,7 +234,7 @@ def machine() -> dict:
                                   capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             gpus = ""
-    info = {"host": platform.node(), **cpu_info(), "cores": os.cpu_count(),
+    info = {"host": platform.node(), **this_cpu(), "cores": os.cpu_count(),
             "threads": os.environ.get("OMP_NUM_THREADS", ""),
             "gpus": ", ".join(gpus.splitlines())}
     if gpus:  # float32 on CUDA: PyTorch's default runs cuDNN's convolutions in TF32

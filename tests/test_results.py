@@ -7,11 +7,11 @@ import json
 import nbformat
 import pytest
 
+from ofl_core.hardware import cpu_info
 from ofl_core.results import (
     RECORDS_MIME,
     ResultRecord,
     compare_with_paper,
-    cpu_info,
     machine,
     paper_results,
     read_records,
