@@ -142,7 +142,9 @@ def start_run_all(grid: Path, out: Path) -> subprocess.Popen:
 
 def sigterm_after(proc: subprocess.Popen, marker: str) -> str:
     """Read ``proc``'s output up to a line with ``marker``, SIGTERM it, return the rest (it
-    must exit within 30 s)."""
+    must exit within 120 s: after the interrupt it writes the report of what finished, which
+    reads every record shipped in results/, about 40 s on a slow 2-core CPU; a run that
+    waited for the task instead would never end)."""
     seen = []
     for line in proc.stdout:  # type: ignore[union-attr]
         seen.append(line)
@@ -150,7 +152,7 @@ def sigterm_after(proc: subprocess.Popen, marker: str) -> str:
             break
     assert any(marker in ln for ln in seen), seen
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=30)
+    rest, _ = proc.communicate(timeout=120)
     return rest
 
 
