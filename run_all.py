@@ -187,7 +187,9 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
     cells (and, for SLURM / PBS, the job script) without running anything."""
     every = paper_cell_set()
     filled = []
-    for t, shipped in zip(tasks, shipped_for(tasks, RESULTS_DIR), strict=True):
+    # under --skip-shipped the tasks left are unshipped: no second pass over results/
+    marks = [None] * len(tasks) if args.skip_shipped else shipped_for(tasks, RESULTS_DIR)
+    for t, shipped in zip(tasks, marks, strict=True):
         cells = planned_cells(t.notebook, effective_parameters(t), every)
         filled.append(cells)
         print(t.notebook, t.run_id(), t.parameters)
