@@ -29,6 +29,7 @@ from pathlib import Path
 # the notebooks, grids and results/ beside this script, whichever way ofl_core is installed
 os.environ.setdefault("OFL_PROJECT_DIR", str(Path(__file__).resolve().parent))
 
+from ofl_core.batch.client_precision import precision_warnings
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
 from ofl_core.batch.gaps import load_gaps
@@ -36,7 +37,7 @@ from ofl_core.batch.gpus import NoGpuError
 from ofl_core.batch.grid import BookkeepingError, make_specs, run_grid
 from ofl_core.batch.jobs import job_script
 from ofl_core.batch.optional import MissingDependencyError
-from ofl_core.batch.report import RESULTS_DIR, build_report, shipped_for
+from ofl_core.batch.report import RESULTS_DIR, build_report, shipped_for, shipped_runs
 from ofl_core.batch.tasks import (
     NOTEBOOK_DIR,
     Task,
@@ -218,9 +219,13 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
 def without_shipped(tasks: list[Task]) -> list[Task]:
     """``tasks`` less those with a run shipped in ``results/`` (:func:`shipped_for`), saying
     how many were left out."""
-    left = [t for t, s in zip(tasks, shipped_for(tasks, RESULTS_DIR), strict=True) if s is None]
+    runs = shipped_runs(RESULTS_DIR)
+    left = [t for t, s in zip(tasks, shipped_for(tasks, RESULTS_DIR, runs), strict=True)
+            if s is None]
     print(f"# --skip-shipped: {len(tasks) - len(left)} of {len(tasks)} tasks left out, "
           f"their runs shipped in {RESULTS_DIR}")
+    for line in precision_warnings(left, runs):
+        print(line)
     return left
 
 

@@ -111,3 +111,58 @@ def test_skip_shipped_leaves_out_the_tasks_whose_run_is_shipped(tmp_path, capsys
     assert run_all.main(["--grid", str(grid), "--out", str(out), "--skip-shipped"]) == 0
     assert "nothing to run" in capsys.readouterr().out
     assert not (out / "runs").exists()
+
+
+def _shipped_main_tables(results, parameters, precision):
+    (results / "main_tables").mkdir(parents=True)
+    (results / "main_tables" / "abc.json").write_text(json.dumps({
+        "status": "done", "notebook": "main_tables", "run_id": "abc",
+        "parameters": parameters, "code_version": "ofl_core 0.1.0, git 0123456789ab",
+        "records": [{"experiment": "main_tables", "paper": "dense", "table": "T1",
+                     "dataset": "fmnist", "partition": "dirichlet", "alpha": 0.5,
+                     "num_clients": 5, "seed": 1, "method": "fedavg", "preset": "paper",
+                     "config_hash": "0123456789ab", "version": "0.1.0", "last_acc": 50.0,
+                     "best_acc": 50.0, "precision": precision}]}))
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_skip_shipped_warns_when_the_left_tasks_clients_would_train_at_another_precision(
+        tmp_path, capsys, monkeypatch, native):
+    import ofl_core.batch.client_precision as cp
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("main_tables:\n"
+                    "  - {seeds: [1, 2], methods: [fedavg], presets: [paper]}\n"
+                    "  - {seeds: [2], methods: [dense], presets: ['paper+kd_data=pool']}\n"
+                    "  - {seeds: [3], methods: [dense], presets: [paper]}\n"
+                    "  - {seeds: [2], methods: [dense], presets: [authors_code]}\n")
+    results = tmp_path / "results"
+    _shipped_main_tables(results, {"seeds": [1, 2], "methods": ["fedavg"],
+                                   "presets": ["paper"]}, "local=bf16;server=fp32")
+    monkeypatch.setattr(run_all, "RESULTS_DIR", results)
+    monkeypatch.setattr(cp, "native_bf16", lambda device: native)
+
+    assert run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run",
+                         "--skip-shipped"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    warned = [line for line in lines if line.startswith("    main_tables ")]
+    if native:  # bf16 here too: the same clients
+        assert not any(line.startswith("warning:") for line in lines) and not warned
+        return
+    # only the reading of the shipped preset on an overlapping seed shares its clients
+    assert "warning: 1 of the 3 tasks left" in "\n".join(lines)
+    assert len(warned) == 1 and warned[0].endswith(
+        ": fp32 here, bf16 in results/main_tables/abc.json")
+    second = run_all.load_grid(grid)[1]
+    assert warned[0].startswith(f"    main_tables {second.run_id()}:")
+
+
+def test_an_explicit_local_amp_is_the_precision_whatever_the_machine(monkeypatch):
+    import ofl_core.batch.client_precision as cp
+
+    monkeypatch.setattr(cp, "native_bf16", lambda device: True)
+    assert cp.local_precision_here({"local_options": {"amp": False}}) == "fp32"
+    assert cp.local_precision_here({"device": "cpu"}) == "bf16"
+    monkeypatch.setattr(cp, "native_bf16", lambda device: False)
+    assert cp.local_precision_here({"local_options": {"amp": True}}) == "bf16"
+    assert cp.local_precision_here({"device": "cpu"}) == "fp32"

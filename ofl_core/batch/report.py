@@ -162,9 +162,11 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
     return runs
 
 
-def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR) -> list[dict | None]:
+def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
+                runs: Sequence[dict] | None = None) -> list[dict | None]:
     """For each task, the shipped run of ``results/`` made with the very same notebook and
     parameters (its sidecar's ``shipped`` path and ``code_version`` say which), or None.
+    ``runs``: :func:`shipped_runs` of ``results``, when already read.
 
     Matched on the parameters, not the run id: the run id also hashes the notebook's source,
     so a record shipped from an earlier commit of the notebook has another id for the same
@@ -173,7 +175,7 @@ def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR) -> list[dict
         return json.dumps([notebook, parameters], sort_keys=True)
 
     by_key: dict[str, dict] = {}
-    for run in shipped_runs(results):
+    for run in shipped_runs(results) if runs is None else runs:
         by_key.setdefault(key(run["notebook"], run.get("parameters", {})), run)
     return [by_key.get(key(t.notebook, t.parameters)) for t in tasks]
 
