@@ -29,7 +29,7 @@ from pathlib import Path
 # the notebooks, grids and results/ beside this script, whichever way ofl_core is installed
 os.environ.setdefault("OFL_PROJECT_DIR", str(Path(__file__).resolve().parent))
 
-from ofl_core.batch.client_precision import precision_warnings
+from ofl_core.batch.client_arithmetic import arithmetic_warnings
 from ofl_core.batch.config import EXECUTORS, ExecutorConfig, load_config_file, make_config
 from ofl_core.batch.coverage import coverage, paper_cell_set, planned_cells, summarize_cells
 from ofl_core.batch.gaps import load_gaps
@@ -224,7 +224,7 @@ def without_shipped(tasks: list[Task]) -> list[Task]:
             if s is None]
     print(f"# --skip-shipped: {len(tasks) - len(left)} of {len(tasks)} tasks left out, "
           f"their runs shipped in {RESULTS_DIR}")
-    for line in precision_warnings(left, runs):
+    for line in arithmetic_warnings(left, runs):
         print(line)
     return left
 

@@ -113,11 +113,12 @@ def test_skip_shipped_leaves_out_the_tasks_whose_run_is_shipped(tmp_path, capsys
     assert not (out / "runs").exists()
 
 
-def _shipped_main_tables(results, parameters, precision):
+def _shipped_main_tables(results, parameters, precision, machine):
     (results / "main_tables").mkdir(parents=True)
     (results / "main_tables" / "abc.json").write_text(json.dumps({
         "status": "done", "notebook": "main_tables", "run_id": "abc",
         "parameters": parameters, "code_version": "ofl_core 0.1.0, git 0123456789ab",
+        "machine": machine,
         "records": [{"experiment": "main_tables", "paper": "dense", "table": "T1",
                      "dataset": "fmnist", "partition": "dirichlet", "alpha": 0.5,
                      "num_clients": 5, "seed": 1, "method": "fedavg", "preset": "paper",
@@ -125,10 +126,19 @@ def _shipped_main_tables(results, parameters, precision):
                      "best_acc": 50.0, "precision": precision}]}))
 
 
-@pytest.mark.parametrize("native", [False, True])
-def test_skip_shipped_warns_when_the_left_tasks_clients_would_train_at_another_precision(
-        tmp_path, capsys, monkeypatch, native):
-    import ofl_core.batch.client_precision as cp
+BF16_CPU = "avx2,avx512f,avx512_bf16"
+
+
+@pytest.mark.parametrize("native, features_here, machine, expected", [
+    (False, "avx2", {}, "precision fp32 here, bf16"),
+    (True, BF16_CPU, {}, None),
+    (True, BF16_CPU, {"cpu_features": BF16_CPU}, None),
+    (True, BF16_CPU, {"cpu_features": "avx2,avx512f,amx_bf16"},
+     f"cpu_features {BF16_CPU} here, avx2,avx512f,amx_bf16"),
+])
+def test_skip_shipped_warns_when_the_left_tasks_clients_would_train_with_other_arithmetic(
+        tmp_path, capsys, monkeypatch, native, features_here, machine, expected):
+    import ofl_core.batch.client_arithmetic as cp
 
     grid = tmp_path / "grid.yaml"
     grid.write_text("main_tables:\n"
@@ -138,27 +148,27 @@ def test_skip_shipped_warns_when_the_left_tasks_clients_would_train_at_another_p
                     "  - {seeds: [2], methods: [dense], presets: [authors_code]}\n")
     results = tmp_path / "results"
     _shipped_main_tables(results, {"seeds": [1, 2], "methods": ["fedavg"],
-                                   "presets": ["paper"]}, "local=bf16;server=fp32")
+                                   "presets": ["paper"]}, "local=bf16;server=fp32", machine)
     monkeypatch.setattr(run_all, "RESULTS_DIR", results)
     monkeypatch.setattr(cp, "native_bf16", lambda device: native)
+    monkeypatch.setattr(cp, "this_cpu", lambda: {"cpu": "a CPU", "cpu_features": features_here})
 
     assert run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run",
                          "--skip-shipped"]) == 0
     lines = capsys.readouterr().out.splitlines()
     warned = [line for line in lines if line.startswith("    main_tables ")]
-    if native:  # bf16 here too: the same clients
+    if expected is None:  # the same arithmetic, or nothing recorded to tell otherwise
         assert not any(line.startswith("warning:") for line in lines) and not warned
         return
     # only the reading of the shipped preset on an overlapping seed shares its clients
     assert "warning: 1 of the 3 tasks left" in "\n".join(lines)
-    assert len(warned) == 1 and warned[0].endswith(
-        ": fp32 here, bf16 in results/main_tables/abc.json")
     second = run_all.load_grid(grid)[1]
-    assert warned[0].startswith(f"    main_tables {second.run_id()}:")
+    assert warned == [f"    main_tables {second.run_id()}: {expected} in "
+                      "results/main_tables/abc.json"]
 
 
 def test_an_explicit_local_amp_is_the_precision_whatever_the_machine(monkeypatch):
-    import ofl_core.batch.client_precision as cp
+    import ofl_core.batch.client_arithmetic as cp
 
     monkeypatch.setattr(cp, "native_bf16", lambda device: True)
     assert cp.local_precision_here({"local_options": {"amp": False}}) == "fp32"
