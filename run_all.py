@@ -197,7 +197,9 @@ def dry_run(tasks: list[Task], cfg: ExecutorConfig, args: argparse.Namespace) ->
         print(f"    fills {len(cells)} paper cells" + (f": {summarize_cells(cells)}" if cells
                                                        else ""))
         if shipped:
-            print(f"    shipped: {shipped['shipped']} ({shipped.get('code_version', '?')})")
+            print(f"    shipped: {shipped['shipped']} ({shipped.get('code_version', '?')})"
+                  + (" within a run of more methods, seeds, α or presets" if
+                     shipped.get("covers") else ""))
     specs = make_specs(tasks, args.out, cfg, resume=not args.no_resume)
     todo = [s for s in specs if args.no_resume or not spec_finished(s)]
     print(f"# {len(tasks)} tasks, {len(tasks) - len(todo)} already finished; executor "

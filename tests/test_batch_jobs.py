@@ -176,3 +176,31 @@ def test_an_explicit_local_amp_is_the_precision_whatever_the_machine(monkeypatch
     monkeypatch.setattr(cp, "native_bf16", lambda device: False)
     assert cp.local_precision_here({"local_options": {"amp": True}}) == "bf16"
     assert cp.local_precision_here({"device": "cpu"}) == "fp32"
+
+
+def test_a_shipped_run_of_more_methods_and_seeds_holds_the_task_of_one(tmp_path, capsys,
+                                                                         monkeypatch):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("main_tables:\n"
+                    "  - {seeds: [2], methods: [feddf]}\n"
+                    "  - {seeds: [3], methods: [feddf]}\n"
+                    "  - {seeds: [2], methods: [dense]}\n"
+                    "  - {seeds: [2], methods: [feddf], local_epochs: 3}\n")
+    results = tmp_path / "results"
+    _shipped_main_tables(results, {"seeds": [1, 2], "methods": ["fedavg", "feddf"]},
+                         "local=fp32;server=fp32", {})
+    monkeypatch.setattr(run_all, "RESULTS_DIR", results)
+
+    assert run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out"),
+                         "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marks = [line.strip() for line in lines if line.strip().startswith("shipped:")]
+    assert marks == ["shipped: results/main_tables/abc.json (ofl_core 0.1.0, git 0123456789ab) "
+                     "within a run of more methods, seeds, α or presets"]
+    assert run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run",
+                         "--skip-shipped"]) == 0
+    text = capsys.readouterr().out
+    assert "1 of 4 tasks left out" in text
+    left = [line for line in text.splitlines() if line.startswith("main_tables ")]
+    assert len(left) == 3 and not any("'seeds': [2], 'methods': ['feddf']}" in line
+                                      for line in left)

@@ -162,11 +162,30 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
     return runs
 
 
+#: list parameters a shipped run covers a task on when the task's values are among the run's
+#: (a run of methods [feddf, fed-dafl] at seeds [1, 2] holds the task of fed-dafl at seed 2:
+#: each method and seed is seeded and computed on its own)
+COVERING_PARAMETERS = frozenset({"methods", "seeds", "alphas", "presets", "fedcvae_methods"})
+
+
+def _covers(run: dict, task: dict) -> bool:
+    for k in set(run) | set(task):
+        a, b = run.get(k), task.get(k)
+        if k in COVERING_PARAMETERS and isinstance(a, list) and isinstance(b, list):
+            if not all(v in a for v in b):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
 def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
                 runs: Sequence[dict] | None = None) -> list[dict | None]:
     """For each task, the shipped run of ``results/`` made with the very same notebook and
-    parameters (its sidecar's ``shipped`` path and ``code_version`` say which), or None.
-    ``runs``: :func:`shipped_runs` of ``results``, when already read.
+    parameters (its sidecar's ``shipped`` path and ``code_version`` say which), else one that
+    holds it (the same parameters but for :data:`COVERING_PARAMETERS`, where the run's lists
+    include the task's; marked ``covers``), or None. ``runs``: :func:`shipped_runs` of
+    ``results``, when already read.
 
     Matched on the parameters, not the run id: the run id also hashes the notebook's source,
     so a record shipped from an earlier commit of the notebook has another id for the same
@@ -174,10 +193,22 @@ def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
     def key(notebook: str, parameters: dict) -> str:
         return json.dumps([notebook, parameters], sort_keys=True)
 
+    runs = shipped_runs(results) if runs is None else runs
     by_key: dict[str, dict] = {}
-    for run in shipped_runs(results) if runs is None else runs:
+    for run in runs:
         by_key.setdefault(key(run["notebook"], run.get("parameters", {})), run)
-    return [by_key.get(key(t.notebook, t.parameters)) for t in tasks]
+    out: list[dict | None] = []
+    for t in tasks:
+        exact = by_key.get(key(t.notebook, t.parameters))
+        if exact is None:
+            mine = effective_parameters(t)
+            exact = next(({**run, "covers": True} for run in runs
+                          if run["notebook"] == t.notebook and _covers(
+                              effective_parameters(Task(run["notebook"],
+                                                        run.get("parameters", {}))), mine)),
+                         None)
+        out.append(exact)
+    return out
 
 
 def shipped_compute(results: Path, problems: list[dict]) -> dict[str, float]:
