@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..hardware import this_cpu
-from ..precision import native_bf16
 from .tasks import Task, effective_parameters
 
 #: parameters that choose what the server does (or where it runs), not which clients it gets
@@ -37,6 +36,14 @@ def _shares_clients(a: dict, b: dict) -> bool:
         elif va != vb:
             return False
     return True
+
+
+def native_bf16(device: str) -> bool:
+    """:func:`ofl_core.precision.native_bf16`, imported when asked: run_all starts without
+    torch."""
+    from ..precision import native_bf16 as native
+
+    return native(device)
 
 
 def _device_here(parameters: dict) -> str:
