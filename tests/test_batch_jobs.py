@@ -204,3 +204,20 @@ def test_a_shipped_run_of_more_methods_and_seeds_holds_the_task_of_one(tmp_path,
     left = [line for line in text.splitlines() if line.startswith("main_tables ")]
     assert len(left) == 3 and not any("'seeds': [2], 'methods': ['feddf']}" in line
                                       for line in left)
+
+
+def test_a_gpu_made_shipped_run_is_other_arithmetic_for_a_cpu_task(monkeypatch):
+    import ofl_core.batch.client_arithmetic as cp
+
+    monkeypatch.setattr(cp, "native_bf16", lambda device: device == "cuda")
+    monkeypatch.setattr(cp, "this_cpu", lambda: {"cpu": "a CPU", "cpu_features": "avx2"})
+    run = {"notebook": "main_tables", "shipped": "results/main_tables/gpu.json",
+           "parameters": {"seeds": [1], "device": "auto"}, "machine": {"gpus": "NVIDIA H100"},
+           "records": [{"precision": "local=bf16;server=bf16"}]}
+    lines = cp.arithmetic_warnings([run_all.Task("main_tables", {"seeds": [1]})], [run])
+    assert len(lines) == 3
+    assert "precision fp32 here, bf16; device cpu here, cuda in results/main_tables/gpu.json" \
+        in lines[1]
+    # the same task on the GPU: the same arithmetic as far as the sidecar tells
+    assert cp.arithmetic_warnings(
+        [run_all.Task("main_tables", {"seeds": [1], "device": "cuda"})], [run]) == []
