@@ -177,7 +177,10 @@ def code_version(root: Path | None = None) -> str:
                              capture_output=True, text=True, timeout=10)
         if rev.returncode != 0:
             return version
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+        # --no-optional-locks: status would refresh the index under .git/index.lock, which a
+        # run killed (or timed out) mid-call leaves behind, blocking the user's next commit
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(root), "status",
+                                "--porcelain",
                                 "--untracked-files=no", "--", "ofl_core",
                                 ":(glob)notebooks/*.py"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
