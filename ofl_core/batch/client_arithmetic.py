@@ -13,29 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..hardware import this_cpu
-from .tasks import Task, effective_parameters
+from .tasks import Task, effective_parameters, parameters_agree
 
 #: parameters that choose what the server does (or where it runs), not which clients it gets
 NOT_CLIENT_PARAMETERS = frozenset({"methods", "server", "fedcvae_methods", "device"})
-#: list parameters two tasks share clients on when they have a value in common (a preset may
-#: choose the local training: DENSE's and FedCVAE's ``authors_code`` train other clients)
-SHARED_LIST_PARAMETERS = frozenset({"seeds", "alphas", "presets"})
 
 
-def _values(key: str, value: list) -> set:
+def _overlap(a: list, b: list) -> bool:
+    return not a or not b or bool(set(a) & set(b))
+
+
+def _same_preset(a: list, b: list) -> bool:
     # a reading ("paper+kd_data=pool") trains its preset's clients
-    return {str(v).partition("+")[0] for v in value} if key == "presets" else set(value)
+    return _overlap([str(v).partition("+")[0] for v in a], [str(v).partition("+")[0] for v in b])
 
 
-def _shares_clients(a: dict, b: dict) -> bool:
-    for key in (set(a) | set(b)) - NOT_CLIENT_PARAMETERS:
-        va, vb = a.get(key), b.get(key)
-        if key in SHARED_LIST_PARAMETERS and isinstance(va, list) and isinstance(vb, list):
-            if va and vb and not _values(key, va) & _values(key, vb):
-                return False
-        elif va != vb:
-            return False
-    return True
+#: how two tasks' list parameters share clients: a value in common (presets: a base preset,
+#: since a preset may choose the local training — DENSE's and FedCVAE's ``authors_code``
+#: train other clients)
+SHARED_LISTS = {"seeds": _overlap, "alphas": _overlap, "presets": _same_preset}
 
 
 def native_bf16(device: str) -> bool:
@@ -71,13 +67,13 @@ def _arithmetic_here(parameters: dict) -> dict[str, str]:
     return out
 
 
-def _arithmetic_of(run: dict) -> dict[str, set[str]]:
-    """What a shipped run's clients were computed with, as far as its sidecar says."""
+def _arithmetic_of(run: dict, parameters: dict) -> dict[str, set[str]]:
+    """What a shipped run's clients were computed with, as far as its sidecar (and its
+    effective ``parameters``) say."""
     precisions = {part.removeprefix("local=") for r in run.get("records", [])
                   for part in str(r.get("precision") or "").split(";")
                   if part.startswith("local=")}
-    params = effective_parameters(Task(run["notebook"], run.get("parameters", {})))
-    device = str(params.get("device", "cpu"))
+    device = str(parameters.get("device", "cpu"))
     machine = run.get("machine") or {}
     if device == "auto":
         device = "cuda" if machine.get("gpus") else "cpu"
@@ -98,16 +94,21 @@ def arithmetic_warnings(left: Sequence[Task], shipped: Sequence[dict]) -> list[s
     arithmetic (precision, device, CPU instruction set) than a shipped run (``shipped``:
     sidecars, as :func:`~.report.shipped_runs` reads them) with the same notebook and client
     settings and an overlapping seed and preset; none if no task would."""
+    notebooks = {t.notebook for t in left}
+    mine = [r for r in shipped if r.get("notebook") in notebooks]
+    effective = [effective_parameters(Task(r["notebook"], r.get("parameters", {})))
+                 for r in mine]
+    theirs = [(r, eff, _arithmetic_of(r, eff)) for r, eff in zip(mine, effective, strict=True)]
     found = []
     for t in left:
         params = effective_parameters(t)
         here = _arithmetic_here(params)
         clash = {}
-        for run in shipped:
-            if run.get("notebook") != t.notebook or not _shares_clients(
-                    params, effective_parameters(Task(t.notebook, run.get("parameters", {})))):
+        for run, eff, arith in theirs:
+            if run["notebook"] != t.notebook or not parameters_agree(
+                    params, eff, SHARED_LISTS, NOT_CLIENT_PARAMETERS):
                 continue
-            if diff := _differences(here, _arithmetic_of(run)):
+            if diff := _differences(here, arith):
                 clash[run["shipped"]] = diff
         if clash:
             first, *rest = sorted(clash)

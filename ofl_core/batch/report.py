@@ -47,6 +47,7 @@ from .tasks import (
     list_notebooks,
     load_grid,
     notebook_defaults,
+    parameters_agree,
 )
 from .yamlfile import load_yaml
 
@@ -168,15 +169,8 @@ def shipped_runs(results: Path = RESULTS_DIR, problems: list[dict] | None = None
 COVERING_PARAMETERS = frozenset({"methods", "seeds", "alphas", "presets", "fedcvae_methods"})
 
 
-def _covers(run: dict, task: dict) -> bool:
-    for k in set(run) | set(task):
-        a, b = run.get(k), task.get(k)
-        if k in COVERING_PARAMETERS and isinstance(a, list) and isinstance(b, list):
-            if not all(v in a for v in b):
-                return False
-        elif a != b:
-            return False
-    return True
+def _holds(run_values: list, task_values: list) -> bool:
+    return all(v in run_values for v in task_values)
 
 
 def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
@@ -197,16 +191,20 @@ def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
     by_key: dict[str, dict] = {}
     for run in runs:
         by_key.setdefault(key(run["notebook"], run.get("parameters", {})), run)
+    holds = dict.fromkeys(COVERING_PARAMETERS, _holds)
+    effective: list[dict] | None = None  # read only when a task has no exact match
     out: list[dict | None] = []
     for t in tasks:
         exact = by_key.get(key(t.notebook, t.parameters))
         if exact is None:
+            if effective is None:
+                effective = [effective_parameters(Task(r["notebook"], r.get("parameters", {})))
+                             for r in runs]
             mine = effective_parameters(t)
-            exact = next(({**run, "covers": True} for run in runs
-                          if run["notebook"] == t.notebook and _covers(
-                              effective_parameters(Task(run["notebook"],
-                                                        run.get("parameters", {}))), mine)),
-                         None)
+            exact = next(({**run, "covers": True} for run, eff in zip(runs, effective,
+                                                                       strict=True)
+                          if run["notebook"] == t.notebook
+                          and parameters_agree(eff, mine, holds)), None)
         out.append(exact)
     return out
 

@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,6 +159,20 @@ def notebook_defaults(notebook: str, notebook_dir: Path = NOTEBOOK_DIR) -> dict:
 def effective_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> dict:
     """Every parameter the task runs with: the notebook's defaults overridden by the task's."""
     return {**notebook_defaults(task.notebook, notebook_dir), **task.parameters}
+
+
+def parameters_agree(a: dict, b: dict, lists: dict[str, Callable[[list, list], bool]],
+                     ignore: frozenset[str] = frozenset()) -> bool:
+    """Whether two tasks' parameters are equal but for ``ignore``d keys and the list
+    parameters of ``lists``, each compared by its own rule (``rule(a_value, b_value)``)."""
+    for key in (set(a) | set(b)) - ignore:
+        va, vb = a.get(key), b.get(key)
+        if key in lists and isinstance(va, list) and isinstance(vb, list):
+            if not lists[key](va, vb):
+                return False
+        elif va != vb:
+            return False
+    return True
 
 
 def load_grid(path: str | os.PathLike) -> list[Task]:
