@@ -192,19 +192,23 @@ def shipped_for(tasks: Sequence[Task], results: Path = RESULTS_DIR,
     for run in runs:
         by_key.setdefault(key(run["notebook"], run.get("parameters", {})), run)
     holds = dict.fromkeys(COVERING_PARAMETERS, _holds)
-    effective: list[dict] | None = None  # read only when a task has no exact match
+    # each shipped run's effective parameters, read only for the notebooks of tasks with no
+    # exact match (each notebook inspected once, not every shipped run's)
+    effective: dict[int, dict] = {}
     out: list[dict | None] = []
     for t in tasks:
         exact = by_key.get(key(t.notebook, t.parameters))
         if exact is None:
-            if effective is None:
-                effective = [effective_parameters(Task(r["notebook"], r.get("parameters", {})))
-                             for r in runs]
             mine = effective_parameters(t)
-            exact = next(({**run, "covers": True} for run, eff in zip(runs, effective,
-                                                                       strict=True)
-                          if run["notebook"] == t.notebook
-                          and parameters_agree(eff, mine, holds)), None)
+            for i, run in enumerate(runs):
+                if run["notebook"] != t.notebook:
+                    continue
+                if i not in effective:
+                    effective[i] = effective_parameters(Task(run["notebook"],
+                                                             run.get("parameters", {})))
+                if parameters_agree(effective[i], mine, holds):
+                    exact = {**run, "covers": True}
+                    break
         out.append(exact)
     return out
 
