@@ -72,6 +72,32 @@ def test_the_mixture_is_the_mean_of_gate_weighted_logits() -> None:
     assert bn is None and list(moe.state_dict()) == ["gate.linear.weight", "gate.linear.bias"]
 
 
+def test_evaluation_runs_the_frozen_experts_once_per_batch_and_matches_a_fresh_call(
+        monkeypatch) -> None:
+    """Eval mode without gradients: the experts' logits of a batch are kept, so a second
+    evaluation of the same test batches runs only the gate; every output equals the mixture
+    computed afresh, bit for bit, also after the gate has changed."""
+    moe = mixture().eval()
+    batches = [torch.rand(4, 1, 2, 2) for _ in range(2)]
+    calls = []
+    real = moe.bank.forward
+    monkeypatch.setattr(moe.bank, "forward", lambda x, **k: calls.append(1) or real(x, **k))
+    with torch.no_grad():
+        first = [moe(x) for x in batches]
+        assert len(calls) == 2
+        with torch.no_grad():
+            moe.gate.linear.weight.mul_(-2.0)  # the gate moves between evaluations
+        again = [moe(x.clone()) for x in batches]  # equal bytes, other tensors
+        assert len(calls) == 2
+        fresh = [moe.mixture(x)[0] for x in batches]
+    for a, f, b in zip(again, fresh, first, strict=True):
+        assert torch.equal(a, f) and not torch.equal(a, b)
+    moe.train()
+    with torch.no_grad():
+        moe(batches[0])
+    assert len(calls) == 5  # training mode always runs the experts
+
+
 def test_generator_loss_adversarial_term_counts_only_disagreements() -> None:
     cfg = IntactOFLConfig()
     y = torch.tensor([0, 1])
