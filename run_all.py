@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--skip-shipped", action="store_true",
                     help="leave out the tasks whose run is shipped in results/ (same notebook "
                          "and parameters; the report reads those records anyway)")
+    ap.add_argument("--no-shipped", action="store_true",
+                    help="the report shows this --out folder's runs only, not the records "
+                         "shipped in results/ (a report of one's own grid, built in seconds)")
     _add_executor_args(ap)
     return ap.parse_args(argv)
 
@@ -280,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, MissingDependencyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    shipped = None if args.no_shipped else RESULTS_DIR
     t0 = time.perf_counter()
     try:
         results = run_grid(tasks, args.out, cfg, resume=not args.no_resume)
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         try:
-            index = build_report(args.out)
+            index = build_report(args.out, results=shipped)
         except OSError as e:
             print(f"\ninterrupted; the report could not be written ({e})", file=sys.stderr)
             return 130
@@ -296,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(finished tasks are kept); report of what finished: {index}")
         return 130
     try:
-        index = build_report(args.out, results)
+        index = build_report(args.out, results, results=shipped)
     except OSError as e:
         print(f"error: the report could not be written ({e.strerror or e}"
               + (f": {e.filename}" if e.filename else "") + ")", file=sys.stderr)

@@ -221,3 +221,21 @@ def test_a_gpu_made_shipped_run_is_other_arithmetic_for_a_cpu_task(monkeypatch):
     # the same task on the GPU: the same arithmetic as far as the sidecar tells
     assert cp.arithmetic_warnings(
         [run_all.Task("main_tables", {"seeds": [1], "device": "cuda"})], [run]) == []
+
+
+@pytest.mark.parametrize("flag, reads", [([], True), (["--no-shipped"], False)])
+def test_no_shipped_leaves_the_shipped_records_out_of_the_report(tmp_path, capsys, monkeypatch,
+                                                                 flag, reads):
+    """The report reads results/ by default; ``--no-shipped`` builds it from --out alone."""
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(run_all, "RESULTS_DIR", results)
+    monkeypatch.setattr(run_all, "run_grid", lambda *a, **k: [])
+    seen = []
+    monkeypatch.setattr(run_all, "build_report",
+                        lambda out, failures=(), results="unset": seen.append(results) or
+                        Path(out) / "report" / "index.html")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("partitions:\n  - {num_clients: 3}\n")
+    assert run_all.main(["--grid", str(grid), "--out", str(tmp_path / "out"), *flag]) == 0
+    assert seen == [results if reads else None]

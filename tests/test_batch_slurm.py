@@ -135,7 +135,7 @@ def test_submitit_job_array_runs_a_grid_without_sacct_warnings(slurm, tmp_path, 
     grid = write_grid(tmp_path / "grid.json", partitions_tasks(2))
     out = tmp_path / "out"
     rc = within(400, slurm, run_all.main, ["--grid", str(grid), "--out", str(out),
-                                           "--executor", "submitit", *cli(),
+                                           "--executor", "submitit", *cli(), "--no-shipped",
                                            "--cluster-config", poll_config(tmp_path)])
     text = "".join(capfd.readouterr())
     assert rc == 0 and "2 tasks: 2 ran, 0 skipped (already done), 0 failed" in text, text
@@ -149,7 +149,7 @@ def test_dask_jobqueue_worker_job_runs_a_grid(slurm, tmp_path, capfd):
     out = tmp_path / "out"
     rc = within(400, slurm, run_all.main, ["--grid", str(grid), "--out", str(out),
                                            "--executor", "dask", "--cluster", "slurm",
-                                           "--jobs", "2", *cli()])
+                                           "--jobs", "2", "--no-shipped", *cli()])
     text = "".join(capfd.readouterr())
     assert rc == 0 and "2 tasks: 2 ran, 0 skipped (already done), 0 failed" in text, text
     assert list((out / "dask-jobs").glob("*.out")), "worker job logs under <out>/dask-jobs"
@@ -268,7 +268,7 @@ def test_run_all_killed_while_its_jobs_are_queued_then_rerun(slurm, tmp_path, ca
     grid = write_grid(tmp_path / "grid.json", partitions_tasks(2))
     out = tmp_path / "out"
     args = ["--grid", str(grid), "--out", str(out), "--executor", "submitit",
-            "--array-parallelism", "1", *cli()]
+            "--array-parallelism", "1", "--no-shipped", *cli()]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, str(ROOT / "run_all.py"), *args], cwd=ROOT,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
