@@ -414,22 +414,28 @@ def test_a_gap_anchor_is_checked_against_the_given_docs(tmp_path):
     assert load_gaps(f, docs=None)[0].see == ("t.md#quoted",)  # docs=None: not checked
 
 
-def test_a_seed_in_two_runs_counts_once():
+@pytest.mark.parametrize("again", [40.0, 36.0])
+def test_a_seed_in_two_runs_counts_once(again):
     """The same cell, preset, scale and seed in two runs (a grid's task overlap, a record made
-    again) is one measurement: n counts seeds, and the mean and std are over distinct seeds."""
+    again, the same or, on another CPU's arithmetic, other clients) is one measurement, the
+    mean of its records: n counts seeds, the mean and std are over distinct seeds, and both
+    runs are linked."""
     import pandas as pd
 
     from ofl_core.batch.scoreboard import entries, split
 
     rows = []
-    for run_id, seed, last in (("a", 1, 40.0), ("a", 2, 44.0), ("b", 1, 40.0), ("b", 3, 48.0)):
+    for run_id, seed, last in (("a", 1, 40.0), ("a", 2, 44.0), ("b", 1, again), ("b", 3, 48.0)):
         rows.append({**_rec("fedavg", last, seed), "run_id": run_id, "notebook": "main_tables",
                      "href": f"{run_id}.html", "paper_scale": True, "scale_reason": "",
                      "scale": "paper", "precision": "", "akey": "0.1"})
     matched, _ = split(pd.DataFrame(rows))
     (e,) = entries(matched)["entry"]
-    assert e.n_seeds == 3 and e.last == pytest.approx(44.0)
-    assert e.std == pytest.approx(4.0)  # 40, 44, 48: the seed-1 record of run b not again
+    one = (40.0 + again) / 2
+    assert e.n_seeds == 3 and e.last == pytest.approx((one + 44.0 + 48.0) / 3)
+    assert e.best == pytest.approx(e.last + 1)
+    assert e.std == pytest.approx(pd.Series([one, 44.0, 48.0]).std())  # seed 1 once
+    assert [run for run, _ in e.links] == ["a", "b"]
 
 
 def test_every_entry_says_how_to_remake_it_and_the_grid_file_holds_that_task(tmp_path):

@@ -173,16 +173,20 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
     out = []
     matched = matched.assign(precision=matched["precision"].astype(object).fillna(""))
     # one seed counts once: the same cell, preset and seed in two runs (a run in two tasks of a
-    # grid, a shipped record made again) is one measurement; the first run listed wins
-    matched = matched.drop_duplicates(subset=[*cols, "seed"], keep="first")
+    # grid, a record made again, e.g. on another CPU whose arithmetic trains other clients) is
+    # one measurement, the mean of its records; every run stays linked
+    per_seed = matched.groupby([*cols, "seed"], dropna=False, sort=False)
+    matched = matched.assign(last_acc=per_seed["last_acc"].transform("mean"),
+                             best_acc=per_seed["best_acc"].transform("mean"))
     for key, g in matched.groupby(cols, dropna=False, sort=False):
-        last = g["last_acc"].astype(float)
+        seeds = g.drop_duplicates(subset=["seed"])
+        last = seeds["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
         paper_std = g["std"].iloc[0]
         links = list(dict.fromkeys(zip(g["run_id"], g["notebook"], strict=True)))
         e = Entry(preset=key[-5], precision=key[-4] or "", paper_scale=bool(key[-3]),
                   scale_reason=key[-2], scale=key[-1],
-                  last=float(last.mean()), std=std, best=float(g["best_acc"].mean()),
+                  last=float(last.mean()), std=std, best=float(seeds["best_acc"].mean()),
                   n_seeds=int(g["seed"].nunique()),
                   verdict=verdict(float(last.mean()), float(g["accuracy"].iloc[0]),
                                   None if pd.isna(paper_std) else float(paper_std),
