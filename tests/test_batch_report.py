@@ -425,7 +425,8 @@ def test_a_seed_in_two_runs_counts_once(again):
     from ofl_core.batch.scoreboard import entries, split
 
     rows = []
-    for run_id, seed, last in (("a", 1, 40.0), ("a", 2, 44.0), ("b", 1, again), ("b", 3, 48.0)):
+    for run_id, seed, last in (("a", 1, 40.0), ("a", 2, 44.0), ("b", 1, again), ("b", 3, 48.0),
+                               ("c", 1, again)):  # c: b's computation again, counted once
         rows.append({**_rec("fedavg", last, seed), "run_id": run_id, "notebook": "main_tables",
                      "href": f"{run_id}.html", "paper_scale": True, "scale_reason": "",
                      "scale": "paper", "precision": "", "akey": "0.1"})
@@ -435,7 +436,7 @@ def test_a_seed_in_two_runs_counts_once(again):
     assert e.n_seeds == 3 and e.last == pytest.approx((one + 44.0 + 48.0) / 3)
     assert e.best == pytest.approx(e.last + 1)
     assert e.std == pytest.approx(pd.Series([one, 44.0, 48.0]).std())  # seed 1 once
-    assert [run for run, _ in e.links] == ["a", "b"]
+    assert [run for run, _ in e.links] == ["a", "b", "c"]
 
 
 def test_every_entry_says_how_to_remake_it_and_the_grid_file_holds_that_task(tmp_path):

@@ -174,10 +174,14 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
     matched = matched.assign(precision=matched["precision"].astype(object).fillna(""))
     # one seed counts once: the same cell, preset and seed in two runs (a run in two tasks of a
     # grid, a record made again, e.g. on another CPU whose arithmetic trains other clients) is
-    # one measurement, the mean of its records; every run stays linked
-    per_seed = matched.groupby([*cols, "seed"], dropna=False, sort=False)
-    matched = matched.assign(last_acc=per_seed["last_acc"].transform("mean"),
-                             best_acc=per_seed["best_acc"].transform("mean"))
+    # one measurement, the mean of its distinct records (equal ones, the same computation made
+    # twice on one machine, count once); every run stays linked
+    keys = [*cols, "seed"]
+    distinct = matched.drop_duplicates(subset=[*keys, "last_acc", "best_acc"])
+    means = distinct.groupby(keys, dropna=False, sort=False)[["last_acc", "best_acc"]].mean()
+    idx = pd.MultiIndex.from_frame(matched[keys])
+    matched = matched.assign(last_acc=means["last_acc"].reindex(idx).to_numpy(),
+                             best_acc=means["best_acc"].reindex(idx).to_numpy())
     for key, g in matched.groupby(cols, dropna=False, sort=False):
         seeds = g.drop_duplicates(subset=["seed"])
         last = seeds["last_acc"].astype(float)
