@@ -176,14 +176,9 @@ def entries(matched: pd.DataFrame, gaps: Sequence[Gap] = ()) -> pd.DataFrame:
     # grid, a record made again, e.g. on another CPU whose arithmetic trains other clients) is
     # one measurement, the mean of its distinct records (equal ones, the same computation made
     # twice on one machine, count once); every run stays linked
-    keys = [*cols, "seed"]
-    distinct = matched.drop_duplicates(subset=[*keys, "last_acc", "best_acc"])
-    means = distinct.groupby(keys, dropna=False, sort=False)[["last_acc", "best_acc"]].mean()
-    idx = pd.MultiIndex.from_frame(matched[keys])
-    matched = matched.assign(last_acc=means["last_acc"].reindex(idx).to_numpy(),
-                             best_acc=means["best_acc"].reindex(idx).to_numpy())
     for key, g in matched.groupby(cols, dropna=False, sort=False):
-        seeds = g.drop_duplicates(subset=["seed"])
+        seeds = (g.drop_duplicates(subset=["seed", "last_acc", "best_acc"])
+                 .groupby("seed", sort=False)[["last_acc", "best_acc"]].mean())
         last = seeds["last_acc"].astype(float)
         std = float(last.std(ddof=1)) if len(last) > 1 else None
         paper_std = g["std"].iloc[0]
