@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -60,6 +60,7 @@ fedcvae_alphas: list[float] = [0.01]
 fedcvae_num_clients: int = 10
 fedcvae_methods: list[str] = ["fedavg", "fedoneshot", "fedcvae-ens", "fedcvae-kd"]
 baseline_presets: list[str] = ["paper", "authors_code"]
+method_presets: dict = {}  # a method's own presets instead of `presets`, e.g. {"dense": ["paper"]}
 fedcvae_partition_seed: int = 1693
 cvae_epochs: Optional[int] = 2
 baseline_local_epochs: Optional[int] = 1
@@ -81,6 +82,8 @@ figures_dir: str = "../figures_interactive/main_tables"
 # method; a size left out keeps each method's paper default; `methods = []` skips this part.
 # FedAvg also runs under `baseline_presets` there, on the same clients: `paper` = weighted by
 # n_k (DENSE Eq. 2), `authors_code` = DENSE's code's unweighted mean.
+# `method_presets` gives a method its own presets there (a whole column of one grid task can run
+# the cheap methods under both presets and the long servers under `paper` only).
 # FedCVAE Table 1 has its own partition scheme (`dirichlet_fedcvae`; MNIST/FMNIST at 32 px, 50 %
 # subset) and clients: FedCVAE-Ens/-KD train CVAEs (`cvae_epochs`) and upload decoders and label
 # counts; FedCVAE's FedAvg/FedOneShot train McMahan CNNs (`baseline_local_epochs`). As in the
@@ -104,7 +107,8 @@ local = LocalTrainConfig(arch=arch, epochs=local_epochs, **local_options)
 runs = [Run(ExperimentConfig(dataset=dataset, partition="dirichlet", alpha=a,
                              num_clients=num_clients, seed=s, **common, local=local),
             tuple(configure_methods(methods, presets, common=server_settings(server),
-                                    method_presets={"fedavg": [*presets, *baseline_presets]})),
+                                    method_presets={"fedavg": [*presets, *baseline_presets],
+                                                    **method_presets})),
             (Serves("dense", "T1"), Serves("fedhydra", "T1", paper_methods("fedhydra", "T1")),
              Serves("fedhydra", "T12", paper_methods("fedhydra", "T12"))))
         for a in alphas for s in seeds if methods]

@@ -76,6 +76,8 @@ def test_scale_is_paper_only_where_every_setting_agrees_with_a_full_grid_task():
     assert run_scale(first, full, notebook=nb).paper
     part = {**first, "alphas": [0.1], "seeds": [7], "device": "cpu", "data_root": "/d"}
     assert run_scale(part, full, notebook=nb).paper  # part of the lists, other seeds, elsewhere
+    # presets picked per method run fewer presets, at the same sizes
+    assert run_scale({**first, "method_presets": {"dense": ["paper"]}}, full, notebook=nb).paper
     assert run_scale({**first, "alphas": []}, full, notebook=nb).paper  # none of a list: runs less
     assert not run_scale({**first, "alphas": [0.2]}, full, notebook=nb).paper
     fewer = {**first, "local_epochs": 20}

@@ -161,7 +161,8 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     grid.write_text(json.dumps({
         "partitions": [TINY["partitions"]],
         "main_tables": [{"local_epochs": 1, "methods": ["fedavg", "fedoneshot", "ensemble"],
-                         "fedcvae_methods": []},
+                         "presets": ["paper", "authors_code"],
+                         "method_presets": {"fedoneshot": ["paper"]}, "fedcvae_methods": []},
                         {"dataset": "no_such_dataset"}],
     }))
     out = tmp_path / "out"
@@ -176,7 +177,10 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     assert len(list((out / "runs" / "main_tables").glob("*.failed.json"))) == 1  # kept
     assert len(runs) == 1
     recs = read_records(runs[0].with_suffix(".ipynb"))
-    assert {r.method for r in recs} == {"fedavg", "fedoneshot", "ensemble"}
+    # `method_presets` gives FedOneShot its own presets; the others run under `presets`
+    assert {(r.method, r.preset) for r in recs} == {
+        ("fedavg", "paper"), ("fedavg", "authors_code"), ("ensemble", "paper"),
+        ("ensemble", "authors_code"), ("fedoneshot", "paper")}
     side = json.loads(runs[0].read_text())
     assert [r["method"] for r in side["records"]] == [r.method for r in recs]
     assert side["code_version"].startswith("ofl_core ")  # which code made it (+ git commit)

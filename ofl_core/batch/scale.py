@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 from ..presets import reading_preset
 
-#: parameters that say where or with which seeds a run is, not at what scale
-NOT_SCALE = frozenset({"device", "data_root", "cache_dir", "figures_dir", "seeds"})
+#: parameters that say where or with which seeds a run is, not at what scale; ``method_presets``
+#: picks the presets a method runs under (a preset or reading never changes a size)
+NOT_SCALE = frozenset({"device", "data_root", "cache_dir", "figures_dir", "seeds",
+                       "method_presets"})
 
 
 #: the notebooks' server sizes as they were named before ``server`` held them: old parameter →
