@@ -52,15 +52,19 @@ def layer_matrix(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tenso
 def _layer_input(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The rows a (one per sample, or per sample and output position) whose outer products
     make A, bias column appended, conv patches divided by the number of positions."""
+    # one new tensor, filled and divided in place (the values of transpose + cat + divide)
     if isinstance(mod, nn.Conv2d):
         patches = F.unfold(x, mod.kernel_size, mod.dilation, mod.padding, mod.stride)
-        a = patches.transpose(1, 2).reshape(-1, patches.shape[1])  # (B·HW, C·kh·kw)
-        positions = patches.shape[2]
+        batch, k, positions = patches.shape
+        src = patches.transpose(1, 2)  # (B, HW, C·kh·kw)
     else:
-        a, positions = x.reshape(x.shape[0], -1), 1
+        src = x.reshape(x.shape[0], 1, -1)
+        batch, positions, k = src.shape[0], 1, src.shape[2]
+    a = src.new_empty(batch * positions, k + (mod.bias is not None))
+    a[:, :k].view(batch, positions, k).copy_(src)  # (B·HW, C·kh·kw)
     if mod.bias is not None:
-        a = torch.cat([a, a.new_ones(a.shape[0], 1)], 1)
-    return a / positions
+        a[:, k] = 1.0
+    return a.div_(positions) if positions != 1 else a
 
 
 def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, coor: float,
