@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofl_core.fedlpa.factors import kfac_factors, layer_matrix, validate_factors
+from ofl_core.fedlpa.factors import _layer_input, kfac_factors, layer_matrix, validate_factors
 from ofl_core.fedlpa.server import FedLPAConfig, closed_form, refine
 from ofl_core.registry import method_config, method_spec, run_method
 from ofl_core.results import ResultRecord
@@ -82,6 +82,26 @@ def test_kfac_factors_equal_their_definition_for_any_batching() -> None:
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     validate_factors(got, model, "client 0")
+
+
+@pytest.mark.parametrize("layer, shape", [
+    (nn.Conv2d(3, 4, 3, padding=1, stride=2), (5, 3, 9, 9)),
+    (nn.Conv2d(2, 3, 2, bias=False), (4, 2, 6, 6)),
+    (nn.Linear(12, 3), (5, 3, 2, 2)),
+    (nn.Linear(12, 3, bias=False), (5, 12)),
+])
+def test_layer_input_rows_are_patches_with_a_bias_column_over_positions(layer, shape) -> None:
+    """The rows of A, bit for bit: unfolded patches (or flat inputs), a column of ones where
+    the layer has a bias, divided by the number of output positions."""
+    x = torch.randn(*shape)
+    if isinstance(layer, nn.Conv2d):
+        p = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+        rows, positions = p.transpose(1, 2).reshape(-1, p.shape[1]), p.shape[2]
+    else:
+        rows, positions = x.reshape(x.shape[0], -1), 1
+    if layer.bias is not None:
+        rows = torch.cat([rows, torch.ones(rows.shape[0], 1)], 1)
+    assert torch.equal(_layer_input(layer, x), rows / positions)
 
 
 def test_layer_matrix_puts_the_bias_last() -> None:
