@@ -78,8 +78,8 @@ def _frame(runs: Iterable[dict]) -> pd.DataFrame:
                                                                 strict=True)]
     # as object first: a column of only missing values is float64, which a str fill would not
     # keep in a later pandas
-    df["data_source"] = df["data_source"].astype(object).fillna("").astype(str)
-    df["client_code"] = df["client_code"].astype(object).fillna("").astype(str)
+    text = ["data_source", "client_code"]
+    df[text] = df[text].astype(object).fillna("").astype(str)
     df["fingerprint"] = ensemble_fingerprint(df)
     # records older than the clients' code version carry none: where the records of the same
     # setting, seed and clients' ensemble name one code version, they are the same clients
