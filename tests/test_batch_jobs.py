@@ -143,7 +143,8 @@ def test_skip_shipped_warns_when_the_left_tasks_clients_would_train_with_other_a
     grid = tmp_path / "grid.yaml"
     grid.write_text("main_tables:\n"
                     "  - {seeds: [1, 2], methods: [fedavg], presets: [paper]}\n"
-                    "  - {seeds: [2], methods: [dense], presets: ['paper+kd_data=pool']}\n"
+                    "  - {seeds: [2], methods: [dense], presets: ['paper+kd_data=pool'],"
+                    " fedcvae_methods: []}\n"
                     "  - {seeds: [3], methods: [dense], presets: [paper]}\n"
                     "  - {seeds: [2], methods: [dense], presets: [authors_code]}\n")
     results = tmp_path / "results"

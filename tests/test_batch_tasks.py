@@ -14,6 +14,7 @@ from ofl_core.batch.tasks import (
     Task,
     TaskResult,
     TaskSpec,
+    check_parameters,
     is_finished,
     load_grid,
     notebook_defaults,
@@ -78,3 +79,49 @@ def test_every_parameter_of_a_notebook_is_read_by_papermill(nb):
     assigned = {t.target.id if isinstance(t, ast.AnnAssign) else t.targets[0].id
                 for t in ast.parse(cell.source).body if isinstance(t, ast.AnnAssign | ast.Assign)}
     assert assigned - set(RUNNER_PARAMETERS) == set(notebook_defaults(nb))
+
+
+def test_a_grid_product_beyond_the_cap_is_refused_before_it_is_built(tmp_path):
+    """Four lists of 60 values are 12,960,000 tasks: refused at once, naming the lists (the
+    runner used to build them all, gigabytes, before checking the first)."""
+    values = list(range(1, 61))
+    (tmp_path / "g.yaml").write_text(json.dumps({"main_tables": [{"grid": {
+        k: values for k in ("num_clients", "local_epochs", "seeds", "fedcvae_num_clients")}}]}))
+    with pytest.raises(ValueError, match=r"expands to 12,960,000 tasks \(60 num_clients × 60 "
+                                         r"local_epochs × 60 seeds × 60 fedcvae_num_clients\)"):
+        load_grid(tmp_path / "g.yaml")
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"num_clients": -3}, "'num_clients': must be at least 1, got -3"),
+    ({"alphas": [0.1, -0.5]}, "'alphas': must be above 0, got -0.5"),
+    ({"seeds": []}, "'seeds' is empty"),
+    ({"seeds": [2**32]}, "'seeds': seeds must be in 0"),
+    ({"local_epochs": -1}, "'local_epochs': must be at least 0"),
+    ({"methods": ["fedavg", "densee"]}, r"'methods': unknown method\(s\) \['densee'\]"),
+    ({"presets": ["paperr"]}, "'presets': preset must be one of"),
+    ({"method_presets": {"dense": ["nope"]}}, "'method_presets': preset must be one of"),
+    ({"dataset": "fmnistt"}, r"'dataset': unknown dataset\(s\) \['fmnistt'\]"),
+    ({"arch": "resnet999"}, r"'arch': unknown model\(s\) \['resnet999'\]"),
+    ({"device": "gpu0"}, "'device': the device must be one of cpu, cuda"),
+    ({"server": {"epochs": -1}}, "'server': .*epochs must be an int ≥ 0, got -1"),
+    ({"server": {"bogus": 3}}, r"'server': common setting\(s\) \['bogus'\] are fields of no"),
+    ({"local_options": {"lr": 0}}, "'local_options': LocalTrainConfig.lr must be"),
+    ({"methods": ["dense"], "presets": ["paper+no_such_field=1"]},
+     "'methods' under 'presets': dense under 'paper.no_such_field=1': dense: unknown config "
+     "field"),
+])
+def test_a_value_the_notebook_cannot_run_is_refused_with_the_parameters_name(parameters, message):
+    """run_all.py (and --dry-run) refuse these before any task starts; before, they passed as
+    a normal plan (an unknown method lowered the cell count) and failed in every task's
+    kernel, or, for ``seeds: []``, finished with no records and were skipped ever after."""
+    with pytest.raises(ValueError, match=f"main_tables: parameters? {message}"):
+        check_parameters(Task("main_tables", parameters))
+
+
+@pytest.mark.parametrize("grid", ["results/grids", "notebooks/grids/full", "notebooks/grids/tiny"])
+def test_every_grid_the_project_ships_passes_the_value_checks(grid):
+    """The checks refuse nothing a shipped grid runs (their zero-epoch CVAEs, empty α lists
+    that skip a part, readings, FedLPA's own setting)."""
+    for task in load_grid(NOTEBOOK_DIR.parent / grid):
+        check_parameters(task)

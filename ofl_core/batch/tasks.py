@@ -18,6 +18,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 from ..project import notebook_dir
 from ..results import write_json_atomic
 from .param_types import check_value, literal_default
+from .param_values import check_values
 from .scale import LEGACY_SERVER_SIZES
 from .yamlfile import load_yaml
 
@@ -42,6 +44,8 @@ def _default_notebook_dir() -> Path:
 
 #: the notebooks run_all.py executes, found once at import (``$OFL_PROJECT_DIR``)
 NOTEBOOK_DIR = _default_notebook_dir()
+#: the most tasks one grid file may expand to (a product of long lists is refused, not built)
+MAX_TASKS = 100_000
 #: Parameters the runner sets itself (a grid may not override them).
 RUNNER_PARAMETERS = ("figures_dir",)
 
@@ -121,7 +125,8 @@ def _inspect(path: str, mtime_ns: int, size: int) -> dict:
 
 
 def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
-    """Reject parameters the notebook does not declare, or that are not plain JSON."""
+    """Reject parameters the notebook does not declare, that are not plain JSON, or whose
+    values the notebook cannot run (:mod:`~ofl_core.batch.param_values`)."""
     known_names = list_notebooks(notebook_dir)
     if task.notebook not in known_names:  # a name, never a path: outputs stay under --out
         raise ValueError(f"unknown notebook {task.notebook!r}; known: {', '.join(known_names)}")
@@ -146,6 +151,8 @@ def check_parameters(task: Task, notebook_dir: Path = NOTEBOOK_DIR) -> None:
         raise ValueError(f"{task.notebook}: parameters must be plain JSON values ({e})") from None
     for name, value in task.parameters.items():
         check_value(task.notebook, name, value, known_params[name]["inferred_type_name"])
+    check_values(task.notebook, task.parameters,
+                 {**notebook_defaults(task.notebook, notebook_dir), **task.parameters})
 
 
 def notebook_defaults(notebook: str, notebook_dir: Path = NOTEBOOK_DIR) -> dict:
@@ -216,6 +223,13 @@ def _load_grid_file(path: Path) -> list[Task]:
                 raise ValueError(f"{path}: {nb!r}: 'grid' must map parameters to lists of "
                                  f"values (got {grid!r})")
             if grid:
+                n = math.prod(len(v) for v in grid.values())
+                if len(tasks) + n > MAX_TASKS:
+                    raise ValueError(
+                        f"{path}: {nb!r}: 'grid' expands to {n:,} tasks ("
+                        + " × ".join(f"{len(v)} {k}" for k, v in grid.items())
+                        + f"); a grid file holds at most {MAX_TASKS:,}: split it or shorten "
+                        "its lists")
                 keys = list(grid)
                 for combo in itertools.product(*(grid[k] for k in keys)):
                     tasks.append(Task(nb, {**e, **dict(zip(keys, combo, strict=True))}))
