@@ -28,6 +28,7 @@ import inspect
 import io
 import json
 import os
+import pickle
 import warnings
 from collections.abc import Iterable, Iterator
 from glob import escape as glob_escape
@@ -112,6 +113,19 @@ def check_cache_root(root: Path, source: str) -> None:
                          f"{platformdirs.user_cache_path('ofl') / 'clients'})")
 
 
+def unreadable(e: Exception, path: Path | None = None) -> str:
+    """A short reason for a file ``torch.load(weights_only=True)`` cannot load: an empty file,
+    a file holding Python objects other than tensors (refused: such a pickle can run code when
+    loaded, so it is never loaded any other way), or the error's type and first sentence."""
+    if path is not None and path.is_file() and path.stat().st_size == 0:
+        return "unreadable (an empty file)"
+    if isinstance(e, pickle.UnpicklingError) and "unsupported global" in str(e).lower():
+        return ("refused (it holds Python objects other than tensors, which loading with "
+                "weights_only=True blocks)")
+    first = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]
+    return f"unreadable ({type(e).__name__}{': ' + first if first else ''})"
+
+
 class UploadCache:
     """A folder of ``<key>.pt`` files, each a trained client's tensors (dict of tensors).
 
@@ -143,7 +157,7 @@ class UploadCache:
             obj = torch.load(p, map_location="cpu", weights_only=True)
             problem = self._problem(obj, payload)
         except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, not a crash
-            problem = f"unreadable ({e})"
+            problem = unreadable(e, p)
         if problem is not None:
             self.misses += 1
             self.discard(payload, problem)

@@ -105,6 +105,36 @@ def test_a_corrupt_cache_entry_is_retrained_not_trusted(tiny_dataset, tmp_path):
     torch.load(victim, weights_only=True)  # rewritten whole
 
 
+def test_a_cache_entry_holding_python_objects_is_refused_and_said_so(tiny_dataset, tmp_path):
+    """An entry whose pickle holds more than tensors is refused by weights_only loading; the
+    warning says so, without torch's advice to load it with weights_only=False."""
+    ds = tiny_dataset
+    part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
+    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
+    cache = UploadCache(tmp_path)
+    train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
+    victim = sorted(tmp_path.glob("*.pt"))[0]
+    torch.save({"state": np.random.default_rng(0)}, victim)  # a Python object, not tensors
+    with pytest.warns(UserWarning, match="is refused \\(it holds Python objects other than "
+                                         "tensors") as got:
+        train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
+    assert not any("weights_only=False" in str(w.message) for w in got)
+
+
+def test_a_diverged_client_is_named_as_such_and_never_cached(tiny_dataset, tmp_path):
+    """A learning rate far too large gives weights no trained model has: the error says the
+    local training diverged and names the learning rate, and nothing is cached (a re-run used
+    to load, refuse and retrain the same bad client every time)."""
+    ds = tiny_dataset
+    part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
+    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64, lr=1000.0)
+    with pytest.raises(UploadError, match="client 0: its local training diverged .* under "
+                                          "LocalTrainConfig\\(lr=1000.0.*lower the learning"):
+        train_clients(ds, part, cfg, seed=0, cache=UploadCache(tmp_path), workers=1,
+                      progress=False)
+    assert not list(tmp_path.glob("*.pt"))
+
+
 def test_parallel_workers_give_the_same_clients(tiny_dataset, tmp_path):
     ds = tiny_dataset
     part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)

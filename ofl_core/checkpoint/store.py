@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..upload_cache import file_lock, payload_key, remove_stale_temps, save_file
+from ..upload_cache import file_lock, payload_key, remove_stale_temps, save_file, unreadable
 
 #: bump when the layout of a checkpoint (or of a method's state in it) changes
 CHECKPOINT_FORMAT = 1
@@ -32,12 +32,6 @@ CHECKPOINT_FORMAT = 1
 
 class BadFile(ValueError):
     """A checkpoint file that is whole but not a valid checkpoint of this key."""
-
-
-def unreadable(e: Exception) -> str:
-    """A short reason for a file torch cannot load (its error's first sentence)."""
-    first = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]
-    return f"unreadable ({type(e).__name__}{': ' + first if first else ''})"
 
 
 class CheckpointFile:
