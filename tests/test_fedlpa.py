@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ofl_core.fedlpa.factors import _layer_input, kfac_factors, layer_matrix, validate_factors
-from ofl_core.fedlpa.server import FedLPAConfig, closed_form, refine
+from ofl_core.fedlpa.server import FedLPAConfig, attach_factors, closed_form, refine
 from ofl_core.registry import method_config, method_spec, run_method
 from ofl_core.results import ResultRecord
 from ofl_core.uploads import UploadError
@@ -148,7 +148,8 @@ def test_refinement_moves_towards_the_exact_solution() -> None:
     torch.testing.assert_close(refine(m0, z, w, facs, 1, 0.1), m0 - 0.1 * mm.grad)
 
 
-@pytest.mark.parametrize("bad", ["missing", "shape", "nan", "asymmetric", "negative", "type"])
+@pytest.mark.parametrize("bad", ["missing", "shape", "nan", "asymmetric", "negative", "type",
+                                 "huge", "sparse", "meta"])
 def test_validate_factors_rejects_bad_uploads(bad: str) -> None:
     model = Tiny()
     x, y = images(6)
@@ -166,6 +167,12 @@ def test_validate_factors_rejects_bad_uploads(bad: str) -> None:
         f["fc"] = (a, g2)
     elif bad == "negative":
         f["fc"] = (a, g - 10 * torch.eye(3))
+    elif bad == "huge":  # finite, symmetric, positive: but it would swamp every client's Ā
+        f["fc"] = (1e30 * torch.eye(a.shape[0]), g)
+    elif bad == "sparse":
+        f["fc"] = (a.to_sparse(), g)
+    elif bad == "meta":
+        f["fc"] = (a.to("meta"), g)
     else:
         f["fc"] = "A, G"
     with pytest.raises(UploadError, match="client 7"):
@@ -214,3 +221,12 @@ def test_fedlpa_end_to_end_through_the_experiment(bars, tmp_path) -> None:
     assert method_spec("fedlpa").client_step is not None
     with pytest.raises(UploadError, match="curvature"):
         run_method("fedlpa", setup.uploads, mcfg, setup.context())
+    # with factors: a refinement that diverges, and a run with nothing to evaluate on
+    ups = attach_factors(setup.uploads, setup.dataset, setup.partition, mcfg, "cpu")
+    with pytest.raises(ValueError, match="layer '.*': the gradient refinement diverged "
+                                         r"\(newton_lr=1000000.0"):
+        run_method("fedlpa", ups, dataclasses.replace(mcfg, newton_lr=1e6), setup.context())
+    blind = dataclasses.replace(setup.context(), evaluate=None)
+    assert run_method("fedlpa", ups, mcfg, blind).last_acc is None
+    with pytest.raises(ValueError, match="picks a solution on the test set"):
+        run_method("fedlpa", ups, dataclasses.replace(mcfg, solution="max_on_test"), blind)

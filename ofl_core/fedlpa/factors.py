@@ -32,6 +32,10 @@ Factors = dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 #: relative tolerance of the server's symmetry and positive-semidefiniteness checks
 FACTOR_TOL = 1e-4
+#: the largest entry an uploaded factor may have: A holds second moments of a layer's inputs
+#: (pixels in [0, 1] or [-1, 1], trained activations far below 10⁴), G of its output
+#: gradients; one client's factors of 10³⁰ would swamp the average Ā, Ḡ of every client
+MAX_FACTOR = 1e8
 
 
 def factor_layers(model: nn.Module) -> Iterator[tuple[str, nn.Linear | nn.Conv2d]]:
@@ -146,12 +150,19 @@ def validate_factors(factors: Factors | None, model: nn.Module, who: str) -> Non
         out_dim = mod.weight.shape[0]
         for label, t, size in (("A", pair[0], d), ("G", pair[1], out_dim)):
             what = f"{who}: curvature[{name!r}] {label}"
+            if t.layout != torch.strided or t.is_meta:
+                raise UploadError(f"{what} must be a dense tensor holding its values, got "
+                                  f"layout {t.layout} on device {t.device}")
             if t.shape != (size, size) or not t.is_floating_point():
                 raise UploadError(f"{what} must be a float {size}×{size} matrix, got "
                                   f"{tuple(t.shape)} {t.dtype}")
             t = t.double()
             if not torch.isfinite(t).all():
                 raise UploadError(f"{what} has non-finite values")
+            if float(t.abs().max()) > MAX_FACTOR:
+                raise UploadError(f"{what} has entries up to {float(t.abs().max()):.3g}, beyond "
+                                  f"any client's K-FAC factor (limit {MAX_FACTOR:.0e}): a scaled "
+                                  "or corrupt upload")
             scale = float(t.abs().max()) or 1.0
             if float((t - t.T).abs().max()) > FACTOR_TOL * scale:
                 raise UploadError(f"{what} is not symmetric")
@@ -160,5 +171,5 @@ def validate_factors(factors: Factors | None, model: nn.Module, who: str) -> Non
                 raise UploadError(f"{what} is not positive semidefinite (eigenvalue {low:.3g})")
 
 
-__all__ = ["FACTOR_TOL", "Factors", "factor_layers", "kfac_factors", "layer_matrix",
+__all__ = ["FACTOR_TOL", "MAX_FACTOR", "Factors", "factor_layers", "kfac_factors", "layer_matrix",
            "validate_factors"]

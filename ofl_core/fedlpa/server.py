@@ -35,7 +35,7 @@ from ..presets import check_preset
 from ..server import SHARED_INIT, MethodKind, MethodSpec, ServerContext, ServerResult
 from ..server.averaging import average_states
 from ..server.context import check_homogeneous
-from ..uploads import ClientUpload, build_from_upload, validate_upload
+from ..uploads import ClientUpload, UploadError, build_from_upload, validate_upload
 from ..validation import check_config
 from .factors import factor_layers, kfac_factors, layer_matrix, validate_factors
 
@@ -151,8 +151,22 @@ def aggregate(uploads: list[ClientUpload], cfg: FedLPAConfig, device: str | torc
         mats = [layer_matrix(s[wkey], s[bkey] if bkey else None).to(device, dt)
                 for s in states]
         facs = [tuple(t.to(device, dt) for t in u.curvature[name]) for u in uploads]
-        m_biased, z = closed_form(weights, mats, facs)
+        try:
+            m_biased, z = closed_form(weights, mats, facs)
+        except torch.linalg.LinAlgError:
+            raise ValueError(f"FedLPA: layer {name!r}: the clients' averaged K-FAC factor Ā or "
+                             "Ḡ is singular, so the closed form has no solution; check the "
+                             "uploads' factors (their damping keeps them invertible)") from None
+        if not torch.isfinite(m_biased).all():
+            raise ValueError(f"FedLPA: layer {name!r}: the closed form gave non-finite weights "
+                             "(factors too large or too ill-conditioned for "
+                             f"dtype={cfg.dtype!r}); check the uploads' factors or use "
+                             "FedLPAConfig(dtype='float64')")
         m_refined = refine(m_biased, z, weights, facs, cfg.newton_steps, cfg.newton_lr)
+        if not torch.isfinite(m_refined).all():
+            raise ValueError(f"FedLPA: layer {name!r}: the gradient refinement diverged "
+                             f"(newton_lr={cfg.newton_lr}, {cfg.newton_steps} steps); lower "
+                             "newton_lr, or use solution='biased'")
 
         diag[name] = {f"residual_{key}": float((fit(weights, facs, m) - z).pow(2).mean())
                       for key, m in (("biased", m_biased), ("newton", m_refined))}
@@ -172,18 +186,35 @@ def run(uploads: list[ClientUpload], cfg: FedLPAConfig, ctx: ServerContext) -> S
     for u in uploads:
         validate_factors(u.curvature, validate_upload(u), f"client {u.client_id}")
     refined, biased, diag = aggregate(uploads, cfg, ctx.device)
-    models = {key: build_from_upload(dataclasses.replace(uploads[0], state_dict=state,
-                                                         client_id=-1, curvature=None),
-                                     ctx.device)
+    models = {key: global_model(uploads[0], state, key, ctx.device)
               for key, state in (("newton", refined), ("biased", biased))}
-    accs = {key: ctx.evaluate(model) for key, model in models.items()}
     chosen = cfg.solution
+    if ctx.evaluate is None:
+        if chosen == "max_on_test":
+            raise ValueError("FedLPA: solution='max_on_test' picks a solution on the test set: "
+                             "give ServerContext(evaluate=...) or choose 'newton' or 'biased'")
+        return ServerResult(method=cfg.method_name, preset=cfg.preset, model=models[chosen],
+                            extras={"chosen": chosen, "layers": diag})
+    accs = {key: ctx.evaluate(model) for key, model in models.items()}
     if chosen == "max_on_test":  # the code's report: the better of the two on the test set
         chosen = "newton" if accs["newton"] >= accs["biased"] else "biased"
     return ServerResult(method=cfg.method_name, preset=cfg.preset, model=models[chosen],
                         last_acc=accs[chosen], best_acc=accs[chosen],
                         extras={"acc_newton": accs["newton"], "acc_biased": accs["biased"],
                                 "chosen": chosen, "layers": diag})
+
+
+def global_model(template: ClientUpload, state: dict[str, torch.Tensor], solution: str,
+                 device: str | torch.device) -> torch.nn.Module:
+    """The global model of one solution, checked as any model is (finite, within a trained
+    model's size); a failure names the solution, not a client."""
+    try:
+        return build_from_upload(dataclasses.replace(template, state_dict=state, client_id=-1,
+                                                     curvature=None), device)
+    except UploadError as e:
+        raise UploadError(f"FedLPA: the {solution!r} global model is not a usable model "
+                          f"({str(e).removeprefix('client -1: ')}): check the uploads' factors"
+                          + (" or lower newton_lr" if solution == "newton" else "")) from None
 
 
 SPEC = MethodSpec(
