@@ -202,8 +202,9 @@ def cached_states(cache: UploadCache | None, kind: ClientKind, keys: list[dict],
 
 
 def check_trained(k: int, state: State, kind: ClientKind, dataset: ImageDataset,
-                  partition: Partition, cfg: Any, seed: int) -> None:
-    """A freshly trained client must be a valid upload before it is cached or used: weights
+                  partition: Partition, cfg: Any, seed: int) -> State:
+    """``state``, a freshly trained client, once it is a valid upload (before it is cached or
+    used): weights
     that are NaN, inf or beyond any trained model's size mean the local training diverged
     (a learning rate or momentum too large), said as such — never cached, so a re-run with
     the same settings does not load, refuse and retrain it each time."""
@@ -214,6 +215,7 @@ def check_trained(k: int, state: State, kind: ClientKind, dataset: ImageDataset,
                           if hasattr(cfg, f))
         raise UploadError(f"client {k}: its local training diverged ({e}) under "
                           f"{type(cfg).__name__}({knobs}); lower the learning rate") from None
+    return state
 
 
 def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int) -> State:
@@ -286,8 +288,7 @@ def train_clients(
         bar = progress_bar(total=m, initial=m - len(todo), desc=kind.name, show=progress)
 
         def finish(k: int, state: State) -> None:
-            check_trained(k, state, kind, dataset, partition, cfgs[k], seed)
-            states[k] = state
+            states[k] = check_trained(k, state, kind, dataset, partition, cfgs[k], seed)
             if cache is not None:
                 cache.put(keys[k], state)
             bar.update(1)

@@ -9,7 +9,7 @@ the content-addressed cache, :mod:`ofl_core.upload_cache`) every client of a par
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 import torch
@@ -25,7 +25,7 @@ from .precision import resolve_amp
 from .presets import check_preset
 from .progress import progress_bar
 from .seeds import classifier_init_seed
-from .validation import COUNT, NONNEG, POSITIVE, check_config
+from .validation import COUNT, NONNEG, POSITIVE, check_config, within
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,8 @@ class LocalTrainConfig:
 
     def __post_init__(self) -> None:
         check_input_norm(self.input_norm, "LocalTrainConfig.input_norm")
-        check_config(self, {"epochs": NONNEG, "lr": POSITIVE, "momentum": NONNEG,
+        check_config(self, {"epochs": NONNEG, "lr": POSITIVE,
+                            "momentum": within(0, 1, high_open=True),  # ≥ 1 diverges
                             "weight_decay": NONNEG, "batch_size": COUNT,
                             "ldam_max_margin": NONNEG, "ldam_scale": POSITIVE})
         if self.arch not in MODEL_NAMES:
@@ -93,6 +94,10 @@ class LocalTrainConfig:
         base = cls(preset=preset)
         if preset == "authors_code":
             base = replace(base, epochs=400, bn_eval_after_first_epoch=True)
+        bad = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if bad:
+            raise ValueError(f"LocalTrainConfig: unknown field(s) {bad}; fields: "
+                             f"{sorted(f.name for f in fields(cls))}")
         return replace(base, **overrides)
 
     def key_fields(self) -> dict:

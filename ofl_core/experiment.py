@@ -38,7 +38,7 @@ from .results import ResultRecord
 from .server import ServerContext, ServerResult
 from .upload_cache import UploadCache
 from .uploads import ClientUpload
-from .validation import COUNT, NONNEG, check_config, check_device, within
+from .validation import COUNT, NONNEG, SEED, check_config, check_device, within
 
 
 def resolve_device(device: str) -> str:
@@ -90,7 +90,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.archs is not None and not isinstance(self.archs, str):
             object.__setattr__(self, "archs", tuple(self.archs))
-        check_config(self, {"num_clients": COUNT, "seed": NONNEG, "workers": COUNT,
+        check_config(self, {"num_clients": COUNT, "seed": SEED, "workers": COUNT,
                             "subset": within(0, 1, low_open=True), "classes_per_client": COUNT,
                             "resize": COUNT, "checkpoint_every": NONNEG})
         check_device(self.device, "ExperimentConfig.device")

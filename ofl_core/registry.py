@@ -21,7 +21,7 @@ import torch
 
 from .cpu_memory import large_blocks_from_heap
 from .server import MethodSpec, ServerContext, ServerResult
-from .uploads import check_upload_header
+from .uploads import ClientUpload, check_upload_header
 
 #: the modules that declare the library's methods, in the taxonomy's order
 METHOD_MODULES: tuple[str, ...] = (
@@ -102,6 +102,13 @@ def run_method(name: str, uploads: list, cfg: Any, ctx: ServerContext) -> Server
     :func:`~ofl_core.cpu_memory.large_blocks_from_heap` (same values, fewer page faults). The
     result's method name is :func:`record_name`'s, whatever the method's own code wrote."""
     spec = method_spec(name)
+    if not isinstance(cfg, spec.config):
+        raise TypeError(f"{name} needs a {spec.config.__name__} (method_config({name!r}, "
+                        f"preset)), got {type(cfg).__name__}")
+    bad = [type(u).__name__ for u in uploads if not isinstance(u, ClientUpload)]
+    if bad:
+        raise TypeError(f"{name}: uploads must be ofl_core.uploads.ClientUpload objects, got "
+                        f"{sorted(set(bad))}")
     for u in uploads:  # untrusted: the header against the task, before any model is built
         check_upload_header(u, ctx.num_classes, ctx.in_channels, ctx.image_size)
     with large_blocks_from_heap(enabled=torch.device(ctx.device).type == "cpu"):

@@ -276,6 +276,9 @@ def file_lock(path: Path) -> Iterator[None]:
         if isinstance(e, OSError) and e.errno in _READ_ONLY_ERRNOS:
             yield
             return
+        if isinstance(e, IsADirectoryError):
+            raise OSError(e.errno, f"the lock {path} is a folder, not a file: remove it "
+                                   f"(rm -r '{path}') and run again") from None
         if isinstance(e, OSError) and e.errno not in _NO_LOCK_ERRNOS:
             raise
         if not _warned_no_lock:

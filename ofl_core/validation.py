@@ -41,11 +41,17 @@ class Bound:
 
     def __str__(self) -> str:
         if self.high is None:
-            return f"{'>' if self.low_open else '≥'} {self.low:g}"
+            return f"{'>' if self.low_open else '≥'} {_num(self.low)}"
         if self.low is None:
-            return f"{'<' if self.high_open else '≤'} {self.high:g}"
-        return (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            return f"{'<' if self.high_open else '≤'} {_num(self.high)}"
+        return (f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}"
                 f"{')' if self.high_open else ']'}")
+
+
+def _num(x: float) -> str:
+    """A bound as a reader writes it: ``0.5``, ``1e-08``, and a large whole number in full
+    (``4,294,967,295``, not ``4.29497e+09``)."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) >= 1e5 else f"{x:g}"
 
 
 def at_least(low: float) -> Bound:
@@ -63,6 +69,8 @@ def within(low: float, high: float, *, low_open: bool = False, high_open: bool =
 
 #: the ranges most fields need
 COUNT, NONNEG, POSITIVE = at_least(1), at_least(0), above(0)
+#: a seed: NumPy's random generators take 0 … 2**32 - 1
+SEED = within(0, 2**32 - 1)
 
 
 @functools.cache
@@ -173,5 +181,5 @@ def check_device(device: object, where: str = "device") -> None:
                          f"({type(device).__name__})")
 
 
-__all__ = ["COUNT", "DEVICES", "NONNEG", "POSITIVE", "Bound", "above", "at_least",
+__all__ = ["COUNT", "DEVICES", "NONNEG", "POSITIVE", "SEED", "Bound", "above", "at_least",
            "check_config", "check_device", "describe", "matches", "shown", "type_hints", "within"]

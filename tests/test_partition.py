@@ -193,3 +193,30 @@ def test_dirichlet_schemes_side_by_side():
     assert len(blocks) == 2 and "DENSE α=0.3" in blocks[0] and "Co-Boosting α=0.3" in blocks[0]
     assert blocks[0].count("total") == 3  # two total columns, one total row
     assert " 600 " in blocks[0].splitlines()[-1] + " "
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"labels": []}, "labels is empty"),
+    ({"labels": [0, -1, 2]}, r"labels must be class ids ≥ 0, got values from -1 to 2"),
+    ({"labels": [0.5, 1.7]}, "labels must be whole-number class ids, got dtype float64"),
+    ({"labels": list(range(10)), "num_classes": 3}, r"class ids in 0 … 2 \(num_classes=3\)"),
+    ({"num_clients": True}, "num_clients must be a positive integer"),
+    ({"seed": -1}, "seed must be an integer in 0 … 2\\*\\*32 - 1"),
+    ({"seed": 2**40}, "seed must be an integer in 0 … 2\\*\\*32 - 1"),
+])
+def test_bad_labels_counts_and_seeds_are_named(kwargs, message):
+    """Before: numpy's errors (an empty array's max, bincount's negative elements, the seed's
+    range), or float labels silently truncated and labels beyond num_classes kept."""
+    args = {"labels": np.repeat(np.arange(10), 20), "num_clients": 2, "scheme": "iid", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_partition(**args)
+
+
+def test_a_dirichlet_partition_that_keeps_redrawing_says_so_then_names_its_best_draw():
+    """Fifty clients at α = 0.01 on 1,000 labels: a notice after REDRAW_NOTICE draws (the
+    search is silent otherwise for up to 10,000 draws), then the error with the best draw."""
+    y = np.repeat(np.arange(10), 100)
+    with pytest.warns(UserWarning, match="200 draws so far .* still redrawing"), \
+            pytest.raises(ValueError, match=r"in 10,000 draws \(the best draw's smallest client "
+                                            r"had \d+\)"):
+        make_partition(y, 50, "dirichlet", alpha=0.01)

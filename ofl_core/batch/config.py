@@ -121,6 +121,9 @@ def make_config(*layers: Mapping[str, Any]) -> ExecutorConfig:
     for k in ("job_directives", "job_prologue"):
         if k in merged:
             v = merged[k]
+            if not (isinstance(v, str) or (isinstance(v, list | tuple)
+                                           and all(isinstance(x, str) for x in v))):
+                raise ValueError(f"{k} must be a string or a list of strings (got {v!r})")
             merged[k] = (v,) if isinstance(v, str) else tuple(v)
     return ExecutorConfig(**merged)
 
@@ -146,12 +149,14 @@ def walltime_minutes(walltime: str | int | float) -> int:
     """Minutes (rounded up) in a SLURM time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
     ``D-HH:MM``, ``D-HH:MM:SS``, or a number of minutes."""
     if isinstance(walltime, int | float):
+        if isinstance(walltime, bool) or not walltime > 0:
+            raise ValueError(f"walltime {walltime!r}: a number of minutes must be > 0")
         return max(1, int(-(-float(walltime) // 1)))
     text = str(walltime).strip()
     try:
-        days, _, rest = text.rpartition("-")
+        days, dash, rest = text.rpartition("-")
         parts = [int(x) for x in rest.split(":")]
-        if len(parts) > 3 or min(parts) < 0:
+        if len(parts) > 3 or min(parts) < 0 or (dash and not days):
             raise ValueError
         if days:  # D-HH[:MM[:SS]]
             h, m, sec = (parts + [0, 0])[:3]
@@ -162,6 +167,8 @@ def walltime_minutes(walltime: str | int | float) -> int:
     except ValueError:
         raise ValueError(f"walltime {walltime!r}: use a SLURM time (MM, HH:MM:SS, "
                          "D-HH:MM:SS) or a number of minutes") from None
+    if secs <= 0:
+        raise ValueError(f"walltime {walltime!r}: must be longer than 0")
     return max(1, -(-secs // 60))
 
 
@@ -173,11 +180,16 @@ def walltime_hms(walltime: str | int | float) -> str:
 
 def memory_gb(memory: str | int | float) -> float:
     """Gigabytes (10⁹ bytes; ``GiB`` is 2³⁰) in a memory string such as ``"16GB"``."""
-    if isinstance(memory, int | float):
-        return float(memory)
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)(i?)b?\s*", str(memory).lower())
-    if not m:
-        raise ValueError(f"memory {memory!r}: use e.g. 16GB, 500MB or 1.5TB")
-    num, unit, binary = float(m.group(1)), m.group(2), m.group(3)
-    power = {"": 3, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
-    return num * (1024 if binary else 1000) ** power / 1e9
+    if isinstance(memory, int | float) and not isinstance(memory, bool):
+        gb = float(memory)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", str(memory).lower())
+        if not m:
+            raise ValueError(f"memory {memory!r}: use e.g. 16GB, 500MB or 1.5TB")
+        num, unit, binary = float(m.group(1)), m.group(2), m.group(3)
+        power = {"": 3, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
+        gb = num * (1024 if binary else 1000) ** power / 1e9
+    if not gb > 0:
+        raise ValueError(f"memory {memory!r}: must be more than 0 (SLURM reads 0 as all of "
+                         "the node's memory)")
+    return gb

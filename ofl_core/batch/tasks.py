@@ -187,7 +187,8 @@ def load_grid(path: str | os.PathLike) -> list[Task]:
     ``*.yaml`` file of a folder (``notebooks/grids/full/`` holds one file per notebook).
 
     An entry may also hold ``grid: {param: [v1, v2], ...}`` (with optional fixed keys beside
-    it), expanded to the Cartesian product.
+    it), expanded to the Cartesian product; a key in ``grid`` replaces the same fixed key (an
+    entry merged from another with ``<<: *anchor`` varies what the anchor fixed).
     """
     p = Path(path)
     if p.is_dir():
@@ -202,8 +203,9 @@ def _load_grid_file(path: Path) -> list[Task]:
         raise ValueError(f"grid file {path} not found")
     try:
         data = load_yaml(path) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})"
+                         ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a grid file maps notebook names to lists of parameter dicts")
     tasks = []

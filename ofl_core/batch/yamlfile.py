@@ -19,6 +19,24 @@ class YamlTooLarge(ValueError):
     """A YAML file beyond the bounds (its size, or what its aliases expand to)."""
 
 
+class YamlRepeatedKey(ValueError):
+    """A mapping that names one key twice: YAML keeps the last value, silently dropping the
+    first (in a grid, a second ``main_tables:`` section drops the first one's tasks)."""
+
+
+def _refuse_repeated_keys(node: Any) -> None:
+    seen: dict[str, Any] = {}
+    for k, _ in node.value:
+        if getattr(k, "tag", "").endswith(":merge") or not isinstance(k.value, str):
+            continue
+        if k.value in seen:
+            raise YamlRepeatedKey(f"line {k.start_mark.line + 1}: key {k.value!r} appears twice "
+                                  f"in one mapping (first on line "
+                                  f"{seen[k.value].start_mark.line + 1}); YAML would keep only "
+                                  "the last: merge the two")
+        seen[k.value] = k
+
+
 def _expanded_size(root: Any) -> int:
     """Nodes ``root`` expands to, aliases counted in full: memoised per node, so a file of
     nested aliases is measured in time linear in its node graph; a cycle is refused."""
@@ -47,6 +65,8 @@ def _expanded_size(root: Any) -> int:
                                "structure)")
         busy.add(key)
         stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            _refuse_repeated_keys(node)
         if isinstance(node, yaml.SequenceNode):
             stack.extend((k, False) for k in node.value if id(k) not in sizes)
         elif isinstance(node, yaml.MappingNode):
@@ -57,7 +77,8 @@ def _expanded_size(root: Any) -> int:
 def load_yaml(path: str | os.PathLike) -> Any:
     """The YAML document of ``path`` (as ``yaml.safe_load``), refused with
     :class:`YamlTooLarge` when the file is larger than :data:`MAX_BYTES` or expands to more
-    than :data:`MAX_NODES` nodes; syntax errors are ``yaml.YAMLError`` as before."""
+    than :data:`MAX_NODES` nodes, and with :class:`YamlRepeatedKey` when a mapping names a key
+    twice; syntax errors are ``yaml.YAMLError`` as before."""
     import yaml
 
     path = Path(path)
@@ -72,8 +93,8 @@ def load_yaml(path: str | os.PathLike) -> Any:
             return None
         try:
             n = _expanded_size(node)
-        except YamlTooLarge as e:
-            raise YamlTooLarge(f"{path}: {e}") from None
+        except (YamlTooLarge, YamlRepeatedKey) as e:
+            raise type(e)(f"{path}: {e}") from None
         if n > MAX_NODES:
             raise YamlTooLarge(f"{path}: expands to more than {MAX_NODES:,} values (through "
                                "its aliases: *name repeats &name's content); write the "
@@ -83,4 +104,4 @@ def load_yaml(path: str | os.PathLike) -> Any:
         loader.dispose()
 
 
-__all__ = ["MAX_BYTES", "MAX_NODES", "YamlTooLarge", "load_yaml"]
+__all__ = ["MAX_BYTES", "MAX_NODES", "YamlRepeatedKey", "YamlTooLarge", "load_yaml"]

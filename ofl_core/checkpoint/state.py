@@ -136,8 +136,8 @@ def restore(pieces: Mapping[str, Stateful], state: Mapping[str, Any]) -> None:
         for name, piece in pieces.items():
             piece.load_state_dict(state[name])
     except Exception as e:  # noqa: BLE001 - whatever the piece raised, the run starts over
-        for name, piece in pieces.items():
-            piece.load_state_dict(before[name])
+        for other, piece in pieces.items():
+            piece.load_state_dict(before[other])
         raise CheckpointMismatch(f"{name}: {e}") from e
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,28 @@ class Partition:
         return h.hexdigest()[:16]
 
 
+#: after this many draws without a valid DENSE Dirichlet partition, say that it is redrawing
+REDRAW_NOTICE = 200
+
+def _class_ids(labels: np.ndarray, num_classes: int | None) -> np.ndarray:
+    """``labels`` as a flat int64 array of class ids, or a clear error: empty, not whole
+    numbers, negative, or (with ``num_classes``) beyond the last class."""
+    arr = np.asarray(labels).ravel()
+    if arr.size == 0:
+        raise ValueError("labels is empty: give the training labels (one class id per sample)")
+    if not (np.issubdtype(arr.dtype, np.integer)
+            or (np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0))):
+        raise ValueError(f"labels must be whole-number class ids, got dtype {arr.dtype} "
+                         f"(e.g. {arr.flat[0].item()!r})")
+    arr = arr.astype(np.int64)
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or (num_classes is not None and hi >= num_classes):
+        ids = ("≥ 0" if num_classes is None
+               else f"in 0 … {num_classes - 1} (num_classes={num_classes})")
+        raise ValueError(f"labels must be class ids {ids}, got values from {lo} to {hi}")
+    return arr
+
+
 def make_partition(
     labels: np.ndarray,
     num_clients: int,
@@ -82,14 +105,19 @@ def make_partition(
     Raises ``ValueError`` with the field to change for bad arguments: an unknown scheme,
     alpha <= 0, fewer samples than clients, k·m > C for disjoint classes, a subset outside (0, 1].
     """
-    labels = np.asarray(labels).astype(np.int64).ravel()
+    labels = _class_ids(labels, num_classes)
     C = int(num_classes if num_classes is not None else labels.max() + 1)
     if scheme not in SCHEMES:
         raise ValueError(
             f"unknown partition scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}"
         )
-    if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+    if (not isinstance(num_clients, (int, np.integer)) or isinstance(num_clients, bool)
+            or num_clients < 1):
         raise ValueError(f"num_clients must be a positive integer (got {num_clients!r})")
+    if (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)
+            or not 0 <= seed <= 2**32 - 1):
+        raise ValueError(f"seed must be an integer in 0 … 2**32 - 1, NumPy's range (got "
+                         f"{seed!r})")
     if not 0.0 < subset <= 1.0:
         raise ValueError(f"subset must be a fraction in (0, 1] (got {subset})")
     if scheme in DIRICHLET_SCHEMES:
@@ -165,7 +193,13 @@ def _dirichlet_dense(
     ≥ ``min_size`` samples; finally shuffle each client's list.
     """
     N = len(labels)
-    for _attempt in range(10_000):
+    best = -1
+    for attempt in range(10_000):
+        if attempt == REDRAW_NOTICE:
+            warnings.warn(f"partition: {attempt} draws so far have left some of the {m} clients "
+                          f"below {min_size} samples (alpha={alpha}; the best draw's smallest "
+                          f"client had {best}); still redrawing, up to 10,000 draws: a larger "
+                          "alpha or fewer clients draws at once", stacklevel=3)
         batches: list[list[int]] = [[] for _ in range(m)]
         for c in range(C):
             idx_c = np.where(labels == c)[0]
@@ -176,12 +210,15 @@ def _dirichlet_dense(
             cuts = (np.cumsum(p) * len(idx_c)).astype(int)[:-1]
             batches = [b + part.tolist() for b, part in zip(batches, np.split(idx_c, cuts),
                                                             strict=True)]
-        if min(len(b) for b in batches) >= min_size:
+        smallest = min(len(b) for b in batches)
+        if smallest >= min_size:
             break
+        best = max(best, smallest)
     else:
         raise ValueError(
-            f"could not give every one of {m} clients ≥ {min_size} samples with alpha={alpha}; "
-            "use a larger alpha or fewer clients"
+            f"could not give every one of {m} clients ≥ {min_size} samples with alpha={alpha} "
+            f"in 10,000 draws (the best draw's smallest client had {best}); use a larger alpha "
+            "or fewer clients"
         )
     out = []
     for b in batches:
@@ -334,6 +371,8 @@ def _classes_per_client(
     """
     if k < 1:
         raise ValueError(f"classes_per_client must be ≥ 1 (got {k})")
+    if k > C:
+        raise ValueError(f"classes_per_client={k} is more than the dataset's {C} classes")
     if k * m > C:
         raise ValueError(
             f"classes_per_client={k} × num_clients={m} = {k * m} > {C} classes: disjoint classes "

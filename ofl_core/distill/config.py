@@ -131,7 +131,7 @@ def check_teacher_config(cfg: Any, counts: Sequence[str] = (), positive: Sequenc
 #: ranges of the fields every distillation config (and its generator) has
 RANGES: dict[str, Bound] = {
     "epochs": NONNEG, "steps_per_epoch": COUNT, "batch_size": COUNT, "eval_every": COUNT,
-    "kd_lr": POSITIVE, "kd_momentum": NONNEG, "num_images": NONNEG,
+    "kd_lr": POSITIVE, "kd_momentum": within(0, 1, high_open=True), "num_images": NONNEG,
     "g_betas": within(0, 1, high_open=True),
 }
 

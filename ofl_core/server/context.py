@@ -15,7 +15,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..validation import NONNEG, describe, matches, shown
+from ..validation import (
+    COUNT,
+    NONNEG,
+    check_config,
+    check_device,
+    describe,
+    matches,
+    shown,
+    within,
+)
+
+#: a server's seed: a derived 63-bit seed (:func:`~ofl_core.seeds.derive_seed`) or an
+#: experiment's own
+SERVER_SEED = within(0, 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,13 @@ class ServerContext:
         if not matches(int, v, NONNEG):
             raise ValueError(f"ServerContext.checkpoint_every must be {describe(int, NONNEG)} "
                              f"(epochs; 0 = off), got {shown(v)} ({type(v).__name__})")
+        check_config(self, {"num_classes": COUNT, "in_channels": COUNT, "image_size": COUNT,
+                            "seed": SERVER_SEED})
+        check_device(self.device, "ServerContext.device")
+        if self.device == "auto":
+            raise ValueError("ServerContext.device must be the device to run on (cpu, cuda, "
+                             "cuda:N or mps), not 'auto': resolve it first "
+                             "(ofl_core.experiment.resolve_device)")
 
 
 @dataclass(eq=False)

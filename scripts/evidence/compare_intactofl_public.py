@@ -204,7 +204,7 @@ def before_server(local_models, client_idx_map):
         sys.exit(0)
     if json.loads(Path(a.partition).read_text()) != lists:
         sys.exit("the partition drawn now differs from the kept one")
-    for m, s in zip(local_models, torch.load(a.clients), strict=True):
+    for m, s in zip(local_models, torch.load(a.clients, weights_only=True), strict=True):
         m.load_state_dict(s)
     from commona_libs import setup_seed
 

@@ -51,7 +51,7 @@ def save(path: str) -> None:
 
 
 def compare(a_path: str, b_path: str) -> int:
-    a, b = torch.load(a_path), torch.load(b_path)
+    a, b = torch.load(a_path, weights_only=True), torch.load(b_path, weights_only=True)
     same = {"clients": all(torch.equal(x[k], y[k]) for x, y in
                            zip(a["clients"], b["clients"], strict=True) for k in x)}
     for m in METHODS:
