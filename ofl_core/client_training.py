@@ -211,11 +211,32 @@ def check_trained(k: int, state: State, kind: ClientKind, dataset: ImageDataset,
     try:
         validate_upload(kind.upload(k, state, dataset, partition, cfg, seed), kind.upload_kind)
     except UploadError as e:
+        if "NaN or inf" not in str(e) and "beyond any trained model's" not in str(e):
+            raise
         knobs = ", ".join(f"{f}={getattr(cfg, f)}" for f in ("lr", "momentum", "optimizer")
                           if hasattr(cfg, f))
         raise UploadError(f"client {k}: its local training diverged ({e}) under "
                           f"{type(cfg).__name__}({knobs}); lower the learning rate") from None
     return state
+
+
+def _train_in_pool(kind: ClientKind, jobs: dict[int, ClientJob], todo: list[int],
+                   n_workers: int, finish: Callable[[int, State], None]) -> None:
+    """Train the ``todo`` clients in ``n_workers`` spawned processes, each finished in order;
+    a diverged client cancels the clients not yet started (the running ones end first)."""
+    threads = max(1, torch.get_num_threads() // n_workers)
+    try:
+        with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
+            futs = {k: ex.submit(_in_worker, kind.train, jobs[k], threads) for k in todo}
+            try:
+                for k, fut in futs.items():
+                    finish(k, fut.result())
+            except UploadError:
+                ex.shutdown(cancel_futures=True)
+                raise
+    except BrokenProcessPool:
+        raise RuntimeError(UNGUARDED_SCRIPT + " (a client-training worker process "
+                           "died while starting)") from None
 
 
 def _in_worker(train: Callable[[ClientJob], State], job: ClientJob, threads: int) -> State:
@@ -298,15 +319,7 @@ def train_clients(
                           dataset.num_classes, device, init_from=seed,
                           on_done=lambda j, state: finish(todo[j], state))
         elif n_workers > 1:
-            threads = max(1, torch.get_num_threads() // n_workers)
-            try:
-                with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn")) as ex:
-                    futs = {k: ex.submit(_in_worker, kind.train, jobs[k], threads) for k in todo}
-                    for k, fut in futs.items():
-                        finish(k, fut.result())
-            except BrokenProcessPool:
-                raise RuntimeError(UNGUARDED_SCRIPT + " (a client-training worker process "
-                                   "died while starting)") from None
+            _train_in_pool(kind, jobs, todo, n_workers, finish)
         else:
             for k in todo:
                 job = jobs[k]

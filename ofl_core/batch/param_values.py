@@ -13,10 +13,12 @@ records.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..presets import split_reading
+from ..presets import PRESETS, split_reading
 from ..validation import check_device
 
 SEED_MAX = 2**32 - 1  # NumPy's seed range
@@ -27,20 +29,24 @@ AT_LEAST_ONE = ("num_clients", "fedcvae_num_clients", "fedcvae_clients", "rounds
                 "baseline_test_images", "classes_per_client", "grid_per_class")
 #: Dirichlet concentrations and other scales: each value > 0
 POSITIVE = ("alpha", "alphas", "fedcvae_alpha", "fedcvae_alphas", "dense_alphas",
-            "fedhydra_alphas", "fig8_alphas", "security_alpha", "mean_scale")
+            "fedhydra_alphas", "fig8_alphas", "security_alpha", "bounds")
+#: each value ≥ 0
+NON_NEGATIVE = ("mean_scale", "gammas")
 #: fractions of a training set: each value in (0, 1]
 FRACTIONS = ("subsets", "fedcvae_subset")
 SEEDS = ("seeds", "seed", "partition_seed", "partition_seeds", "fedcvae_seed",
          "fedcvae_partition_seed")
 #: lists a task cannot run without (an empty list of α or methods skips that part on purpose)
 NON_EMPTY = ("seeds",)
-#: method-name lists → the preset list the notebook runs them under (None: the paper's)
-METHOD_LISTS: dict[str, str | None] = {
-    "methods": "presets", "fedcvae_methods": "presets", "dense_methods": None,
-    "fedhydra_methods": None, "fig3_methods": None, "fig9_methods": None,
-    "noise_methods": "noise_presets", "t6_methods": "t6_presets", "grid_methods": None,
-    "t7_methods": "t7_presets"}
+METHOD_LISTS = ("methods", "fedcvae_methods", "dense_methods", "fedhydra_methods",
+                "fig3_methods", "fig9_methods", "noise_methods", "t6_methods", "t7_methods",
+                "grid_methods")
 PRESET_LISTS = ("presets", "baseline_presets", "noise_presets", "t6_presets", "t7_presets")
+#: (notebook, preset list) whose sections take a plain preset only, no reading
+PLAIN_PRESETS = {("ablations", "presets"), ("cvae_security_shift", "presets"),
+                 ("cvae_security_shift", "noise_presets")}
+#: the decoder servers Table 6's aggregation grid compares
+DECODER_METHODS = ("kd", "param-avg", "fedcvae-kd")
 DATASETS = ("dataset", "fedcvae_dataset", "fedcvae_datasets")
 ARCHS = ("arch", "dense_archs", "fedhydra_archs", "server_arch")
 
@@ -60,33 +66,37 @@ def _check_numbers(name: str, value: Any) -> None:
             raise ValueError(f"must be at least 0 (0 = untrained), got {v}")
         elif name in POSITIVE and not v > 0:
             raise ValueError(f"must be above 0, got {v}")
+        elif name in NON_NEGATIVE and not v >= 0:
+            raise ValueError(f"must be 0 or more, got {v}")
         elif name in FRACTIONS and not 0 < v <= 1:
             raise ValueError(f"must be a fraction in (0, 1], got {v}")
         elif name in SEEDS and not 0 <= v <= SEED_MAX:
             raise ValueError(f"seeds must be in 0 … 2**32 - 1 (NumPy's range), got {v}")
 
 
-def _check_names(name: str, value: Any) -> None:
+def _check_names(notebook: str, name: str, value: Any) -> None:
     """Method, preset, dataset and model names (imports the registries: torch)."""
     if name in METHOD_LISTS:
         from ..registry import METHODS
 
-        bad = [m for m in _each(value) if m not in METHODS]
+        known = DECODER_METHODS if name == "grid_methods" else tuple(METHODS)
+        bad = [m for m in _each(value) if m not in known]
         if bad:
-            raise ValueError(f"unknown method(s) {bad}; choose from: {', '.join(METHODS)}")
+            raise ValueError(f"unknown method(s) {bad}; choose from: {', '.join(known)}")
     elif name in PRESET_LISTS:
         for label in _each(value):
+            if (notebook, name) in PLAIN_PRESETS and label not in PRESETS:
+                raise ValueError(f"a preset, one of {PRESETS}, not a reading (got {label!r})")
             split_reading(label)
     elif name == "method_presets":
         for labels in value.values():
             for label in _each(labels):
                 split_reading(label)
     elif name in DATASETS:
-        from ..data.datasets import DATASET_NAMES
+        from ..data.datasets import canonical_dataset
 
-        bad = [d for d in _each(value) if d not in DATASET_NAMES]
-        if bad:
-            raise ValueError(f"unknown dataset(s) {bad}; choose from: {', '.join(DATASET_NAMES)}")
+        for d in _each(value):
+            canonical_dataset(d)
     elif name in ARCHS:
         from ..models.registry import MODEL_NAMES
 
@@ -95,40 +105,69 @@ def _check_names(name: str, value: Any) -> None:
             raise ValueError(f"unknown model(s) {bad}; choose from: {', '.join(MODEL_NAMES)}")
 
 
-_NAMED = (*METHOD_LISTS, *PRESET_LISTS, "method_presets", *DATASETS, *ARCHS)
 _CONFIGS = ("server", "local_options", "method_presets", *METHOD_LISTS, *PRESET_LISTS)
+#: method lists the notebooks configure with the ``server`` sizes, under the paper's preset
+#: unless a row of :func:`_configured` says otherwise
+SERVER_SIZED = ("methods", "dense_methods", "fedhydra_methods", "fig3_methods", "fig9_methods")
+
+
+def _configured(p: Mapping[str, Any]) -> list[tuple[tuple[str, ...], list, list, dict | None,
+                                                    dict | None, bool]]:
+    """What the notebooks build with ``configure_methods``: (the parameters it comes from,
+    methods, presets, method_presets, overrides, with the server sizes), as notebooks/*.py
+    build them."""
+    presets, base = _each(p.get("presets")) or ["paper"], _each(p.get("baseline_presets"))
+    out = []
+    for lst in SERVER_SIZED:
+        if lst in p:
+            own = {"fedavg": [*presets, *base], **(p.get("method_presets") or {})} \
+                if lst == "methods" and "baseline_presets" in p else p.get("method_presets")
+            named = (lst, "presets", "baseline_presets", "method_presets", "server") \
+                if lst == "methods" else (lst, "server")
+            out.append((named, _each(p[lst]), presets if lst == "methods" else ["paper"],
+                        own if lst == "methods" else None, None, True))
+    if "fedcvae_methods" in p:  # main_tables, client_scaling, heterogeneous_models
+        cvae = [m for m in _each(p["fedcvae_methods"]) if m.startswith("fedcvae")]
+        rest = [m for m in _each(p["fedcvae_methods"]) if not m.startswith("fedcvae")]
+        out += [(("fedcvae_methods", "presets"), cvae, presets, None, None, False),
+                (("fedcvae_methods", "presets", "baseline_presets"), rest, [*presets, *base],
+                 None, {"fedavg": {"weighted": True}}, False)]
+    if "t7_methods" in p:  # ablations: Tables 6 and 7 configured together
+        t6 = ["fedcvae-kd" if m == "kd" else m for m in _each(p.get("t6_methods"))]
+        out.append((("t7_methods", "t6_methods", "t7_presets", "t6_presets"),
+                    list(dict.fromkeys(_each(p["t7_methods"]) + t6)),
+                    list(dict.fromkeys(["paper", *_each(p.get("t7_presets")),
+                                        *_each(p.get("t6_presets"))])), None, None, False))
+    return out
 
 
 def _check_configs(notebook: str, effective: Mapping[str, Any]) -> None:
-    """Build the method configs (each method list under its presets, the ``server`` sizes as
-    common fields) and ``LocalTrainConfig`` the way the notebooks do, without data."""
+    """Build the method configs and ``LocalTrainConfig`` the way the notebooks do, without
+    data; memoised per notebook and parameters (a grid's tasks share most of them)."""
+    keep = {k: v for k, v in effective.items() if k in (*_CONFIGS, "arch", "local_epochs")}
+    _check_configs_once(notebook, json.dumps(keep, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_configs_once(notebook: str, blob: str) -> None:
     from ..experiment import configure_methods
     from ..tables import server_settings
 
-    common = server_settings(effective.get("server"))
-    every = [m for lst in METHOD_LISTS for m in _each(effective.get(lst)) if lst in effective]
-    try:
-        configure_methods(list(dict.fromkeys(every)), ["paper"], common=common)
-    except ValueError as e:
-        raise ValueError(f"{notebook}: parameter 'server': {e}") from None
-    for lst, presets in METHOD_LISTS.items():
-        if lst not in effective or presets not in effective:
-            continue
-        labels = [*_each(effective[presets]), *(_each(effective.get("baseline_presets"))
-                                                if lst == "fedcvae_methods" else [])]
+    p = json.loads(blob)
+    common = server_settings(p.get("server"))
+    for named, methods, presets, own, overrides, sized in _configured(p):
         try:
-            configure_methods(_each(effective[lst]), labels or ["paper"], common=common,
-                              method_presets=(effective.get("method_presets")
-                                              if lst == "methods" else None))
+            configure_methods(methods, presets, common=common if sized else None,
+                              method_presets=own, overrides=overrides)
         except ValueError as e:
-            raise ValueError(f"{notebook}: parameters {lst!r} under {presets!r}: {e}") from None
-    if "local_options" in effective:
+            where = " / ".join(repr(n) for n in named if n in p)
+            raise ValueError(f"{notebook}: parameters {where}: {e}") from None
+    if "local_options" in p:
         from ..clients import LocalTrainConfig
 
         try:
-            LocalTrainConfig(arch=effective.get("arch", "cnn_mnist"),
-                             epochs=effective.get("local_epochs", 1),
-                             **effective["local_options"])
+            LocalTrainConfig(arch=p.get("arch", "cnn_mnist"), epochs=p.get("local_epochs", 1),
+                             **p["local_options"])
         except (TypeError, ValueError) as e:
             raise ValueError(f"{notebook}: parameter 'local_options': {e}") from None
 
@@ -145,7 +184,7 @@ def check_values(notebook: str, given: Mapping[str, Any], effective: Mapping[str
             _check_numbers(name, value)
             if name == "device":
                 check_device(value, "the device")
-            _check_names(name, value)
+            _check_names(notebook, name, value)
         except ValueError as e:
             raise ValueError(f"{notebook}: parameter {name!r} {e}"
                              if str(e).startswith("is empty") else

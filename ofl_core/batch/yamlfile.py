@@ -25,16 +25,16 @@ class YamlRepeatedKey(ValueError):
 
 
 def _refuse_repeated_keys(node: Any) -> None:
-    seen: dict[str, Any] = {}
+    seen: dict[tuple[str, str], Any] = {}
     for k, _ in node.value:
         if getattr(k, "tag", "").endswith(":merge") or not isinstance(k.value, str):
             continue
-        if k.value in seen:
+        if (k.tag, k.value) in seen:  # 1 and "1" are two keys
+            first = seen[k.tag, k.value].start_mark.line + 1
             raise YamlRepeatedKey(f"line {k.start_mark.line + 1}: key {k.value!r} appears twice "
-                                  f"in one mapping (first on line "
-                                  f"{seen[k.value].start_mark.line + 1}); YAML would keep only "
-                                  "the last: merge the two")
-        seen[k.value] = k
+                                  f"in one mapping (first on line {first}); YAML would keep "
+                                  "only the last: merge the two")
+        seen[k.tag, k.value] = k
 
 
 def _expanded_size(root: Any) -> int:

@@ -160,6 +160,18 @@ def default_data_root(data_root: str | os.PathLike | None = None) -> Path:
     return platformdirs.user_cache_path("ofl") / "data"
 
 
+def canonical_dataset(name: str) -> str:
+    """The dataset's name in :data:`DATASET_NAMES` (``"FashionMNIST"``, ``"fashion"`` →
+    ``"fmnist"``; ``"cifar-10"`` → ``"cifar10"``), or ``ValueError`` naming the known ones."""
+    key = name.lower().replace("-", "").replace("_", "")
+    aliases = {"fashionmnist": "fmnist", "fashion": "fmnist", "fmnistembedded": "fmnist_embedded",
+               "embedded": "fmnist_embedded", "tinyimagenet200": "tinyimagenet"}
+    canonical = aliases.get(key, key)
+    if canonical not in DATASET_INFO:
+        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASET_NAMES)}")
+    return canonical
+
+
 def load_dataset(
     name: str,
     data_root: str | os.PathLike | None = None,
@@ -172,14 +184,7 @@ def load_dataset(
     Raises ``ValueError`` for an unknown name and ``DatasetNotFoundError`` (with the way to get
     the files) when they are missing and ``download`` is False or downloading fails.
     """
-    key = name.lower().replace("-", "").replace("_", "")
-    aliases = {"fashionmnist": "fmnist", "fashion": "fmnist", "fmnistembedded": "fmnist_embedded",
-               "embedded": "fmnist_embedded", "tinyimagenet200": "tinyimagenet"}
-    canonical = aliases.get(key, key)
-    if canonical not in DATASET_INFO:
-        raise ValueError(
-            f"unknown dataset {name!r}; choose one of: {', '.join(DATASET_NAMES)}"
-        )
+    canonical = canonical_dataset(name)
     if resize is not None and resize not in (28, 32, 64):
         raise ValueError(f"resize must be 28, 32 or 64 (got {resize})")
     if canonical == "fmnist_embedded":
