@@ -244,7 +244,7 @@ def _decoder_of(upload: ClientUpload, who: str) -> tuple[nn.Module, str]:
 
 def check_label_counts(counts: object, num_classes: int, who: str) -> None:
     """A decoder upload's ``label_counts``: one integer count per class, each in
-    0 … :data:`MAX_LABEL_COUNT` (not a bool, float, NaN or a negative number)."""
+    0 … :data:`MAX_LABEL_COUNT` (not a bool, float, NaN or a negative number), not all 0."""
     if (not isinstance(counts, tuple | list | np.ndarray) or np.ndim(counts) != 1
             or len(counts) != num_classes):
         raise UploadError(f"{who}: label_counts must give one count per class "
@@ -255,3 +255,6 @@ def check_label_counts(counts: object, num_classes: int, who: str) -> None:
             raise UploadError(f"{who}: label_counts[{i}] must be an integer ≥ 0 and ≤ "
                               f"{MAX_LABEL_COUNT:.0e} (a class's sample count), got {v!r} "
                               f"({type(v).__name__})")
+    if sum(int(v) for v in counts) < 1:
+        raise UploadError(f"{who}: label_counts are all 0: a client without data has no "
+                          "decoder to send (its samples would be drawn from no class's count)")

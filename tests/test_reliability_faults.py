@@ -290,6 +290,8 @@ _OVERSIZED = [  # (case, upload, what the message names)
     ("classifier num_samples 10**30", lambda: _classifier_upload(num_samples=10**30),
      "num_samples"),
     ("classifier num_samples 0", lambda: _classifier_upload(num_samples=0), "num_samples"),
+    ("decoder label_counts all 0", lambda: _decoder_upload(label_counts=(0,) * 10),
+     "label_counts are all 0"),
     ("classifier option not a switch",
      lambda: _classifier_upload(model_kwargs={"conv_relu": 10**9}), "model_kwargs"),
 ]
