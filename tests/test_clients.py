@@ -91,34 +91,32 @@ def test_train_clients_uses_the_cache(tiny_dataset, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_corrupt_cache_entry_is_retrained_not_trusted(tiny_dataset, tmp_path):
-    ds = tiny_dataset
-    part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
-    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
-    cache = UploadCache(tmp_path)
-    train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
-    victim = sorted(tmp_path.glob("*.pt"))[0]
-    victim.write_bytes(victim.read_bytes()[:100])  # a half-written file
-    with pytest.warns(UserWarning, match="cache entry .* is unreadable"):
-        ups = train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
-    assert len(ups) == 2
-    torch.load(victim, weights_only=True)  # rewritten whole
+def _half_written(victim):
+    victim.write_bytes(victim.read_bytes()[:100])
 
 
-def test_a_cache_entry_holding_python_objects_is_refused_and_said_so(tiny_dataset, tmp_path):
-    """An entry whose pickle holds more than tensors is refused by weights_only loading; the
-    warning says so, without torch's advice to load it with weights_only=False."""
-    ds = tiny_dataset
-    part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
-    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
-    cache = UploadCache(tmp_path)
-    train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
-    victim = sorted(tmp_path.glob("*.pt"))[0]
+def _python_object(victim):
     torch.save({"state": np.random.default_rng(0)}, victim)  # a Python object, not tensors
-    with pytest.warns(UserWarning, match="is refused \\(it holds Python objects other than "
-                                         "tensors") as got:
-        train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
-    assert not any("weights_only=False" in str(w.message) for w in got)
+
+
+@pytest.mark.parametrize("tamper, warned", [
+    (_half_written, "is unreadable"),
+    # refused by weights_only loading, said without torch's advice to load it with
+    # weights_only=False
+    (_python_object, "is refused \\(it holds Python objects other than tensors"),
+])
+def test_a_corrupt_cache_entry_is_retrained_not_trusted(tiny_dataset, tmp_path, tamper, warned):
+    ds = tiny_dataset
+    part = make_partition(ds.y_train.numpy(), 2, "iid", seed=0)
+    cfg = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=64)
+    cache = UploadCache(tmp_path)
+    train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
+    victim = sorted(tmp_path.glob("*.pt"))[0]
+    tamper(victim)
+    with pytest.warns(UserWarning, match=f"cache entry .* {warned}") as got:
+        ups = train_clients(ds, part, cfg, seed=0, cache=cache, workers=1, progress=False)
+    assert len(ups) == 2 and not any("weights_only=False" in str(w.message) for w in got)
+    torch.load(victim, weights_only=True)  # rewritten whole
 
 
 def test_a_diverged_client_is_named_as_such_and_never_cached(tiny_dataset, tmp_path):
