@@ -301,7 +301,12 @@ def run_methods(
 def run_experiment(
     cfg: ExperimentConfig, methods: Mapping[str, Any] | Sequence[tuple[str, Any]]
 ) -> tuple[list[ResultRecord], dict[str, ServerResult], Setup]:
-    """Set up an experiment and run the given methods on it."""
+    """Set up an experiment and run the given methods on it (at least one: clients alone are
+    :func:`setup_experiment`'s)."""
+    if not methods:
+        raise ValueError("run_experiment got no methods: give (name, config) pairs, e.g. "
+                         "configure_methods(['fedavg', 'dense']); to train the clients alone, "
+                         "call setup_experiment(cfg)")
     setup = setup_experiment(cfg)
     records, results = run_methods(setup, methods)
     return records, results, setup

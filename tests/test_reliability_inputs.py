@@ -94,3 +94,10 @@ def test_a_lock_path_that_is_a_folder_says_how_to_fix_it(tmp_path: Path):
     lock.mkdir()
     with pytest.raises(OSError, match="is a folder, not a file: remove it"), file_lock(lock):
         pass
+
+
+def test_an_experiment_without_methods_says_so_before_training_clients():
+    from ofl_core.experiment import ExperimentConfig, run_experiment
+
+    with pytest.raises(ValueError, match="run_experiment got no methods: .*setup_experiment"):
+        run_experiment(ExperimentConfig(), [])
