@@ -163,14 +163,15 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
         "main_tables": [{"local_epochs": 1, "methods": ["fedavg", "fedoneshot", "ensemble"],
                          "presets": ["paper", "authors_code"],
                          "method_presets": {"fedoneshot": ["paper"]}, "fedcvae_methods": []},
-                        {"dataset": "no_such_dataset"}],
+                        # passes the runner's checks, fails in its kernel: no MNIST files
+                        {"dataset": "mnist", "data_root": str(tmp_path / "no_data")}],
     }))
     out = tmp_path / "out"
     rc = run_all.main(["--grid", str(grid), "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 1, text
     assert "3 tasks: 2 ran, 0 skipped (already done), 1 failed" in text
-    assert "unknown dataset 'no_such_dataset'" in text
+    assert "dataset 'mnist' not found under" in text
 
     runs = sorted(p for p in (out / "runs" / "main_tables").glob("*.json")
                   if not p.name.endswith(".failed.json"))
@@ -192,7 +193,7 @@ def test_run_all_executes_resumes_reports_and_survives_a_failure(tmp_path, capsy
     assert len(list((out / "figures" / "main_tables").rglob("dense_t1_paper_vs_ours.png"))) == 1
     index = (out / "report" / "index.html").read_text()
     assert 'id="dense-T1"' in index and "paper <b>41.69</b>" in index
-    assert "Failed runs" in index and "no_such_dataset" in index
+    assert "Failed runs" in index and "not found under" in index
 
     rc = run_all.main(["--grid", str(grid), "--out", str(out)])
     text = capsys.readouterr().out
