@@ -19,9 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..presets import PRESETS, split_reading
-from ..validation import check_device
-
-SEED_MAX = 2**32 - 1  # NumPy's seed range
+from ..validation import SEED, check_device
 
 #: counts: each value (or each of a list's values) an int ≥ 1, or None (epochs: ≥ 0)
 AT_LEAST_ONE = ("num_clients", "fedcvae_num_clients", "fedcvae_clients", "rounds", "num_images",
@@ -70,7 +68,7 @@ def _check_numbers(name: str, value: Any) -> None:
             raise ValueError(f"must be 0 or more, got {v}")
         elif name in FRACTIONS and not 0 < v <= 1:
             raise ValueError(f"must be a fraction in (0, 1], got {v}")
-        elif name in SEEDS and not 0 <= v <= SEED_MAX:
+        elif name in SEEDS and not SEED.holds(v):
             raise ValueError(f"seeds must be in 0 … 2**32 - 1 (NumPy's range), got {v}")
 
 

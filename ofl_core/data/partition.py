@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validation import SEED
+
 SCHEMES = ("dirichlet", "dirichlet_fedcvae", "dirichlet_client", "classes_per_client",
            "iid")
 DIRICHLET_SCHEMES = ("dirichlet", "dirichlet_fedcvae", "dirichlet_client")
@@ -115,7 +117,7 @@ def make_partition(
             or num_clients < 1):
         raise ValueError(f"num_clients must be a positive integer (got {num_clients!r})")
     if (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)
-            or not 0 <= seed <= 2**32 - 1):
+            or not SEED.holds(seed)):
         raise ValueError(f"seed must be an integer in 0 … 2**32 - 1, NumPy's range (got "
                          f"{seed!r})")
     if not 0.0 < subset <= 1.0:
