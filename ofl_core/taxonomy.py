@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .readme import replace_block
 from .registry import METHODS
 
 
@@ -43,16 +44,7 @@ START, END = "<!-- taxonomy:start", "<!-- taxonomy:end -->"
 
 def write_readme(path: str | Path) -> bool:
     """Put the current table between the README's taxonomy markers; True when it changed."""
-    path = Path(path)
-    text = path.read_text()
-    i, j = text.find(START), text.find(END)
-    if i < 0 or j < i:
-        raise ValueError(f"{path} has no '{START} ... {END}' block for the taxonomy table")
-    head = text.index("\n", i) + 1  # keep the start marker's line
-    new = text[:head] + taxonomy_markdown() + "\n" + text[j:]
-    if new != text:
-        path.write_text(new)
-    return new != text
+    return replace_block(path, START, END, taxonomy_markdown(), "the taxonomy table")
 
 
 def main(argv: list[str] | None = None) -> None:

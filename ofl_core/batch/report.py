@@ -389,6 +389,28 @@ def server_seconds(records: Iterable[dict]) -> float:
     return sum(once.values())
 
 
+def shipped_entries(results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """The scoreboard's entries (:func:`~ofl_core.batch.scoreboard.entries`, one per cell,
+    preset and scale) of the records shipped in ``results`` alone, with their gaps'
+    explanations: what a report built without runs of its own judges. A file the report would
+    list as a problem raises ``ValueError`` here."""
+    import tempfile
+
+    problems: list[dict] = []
+    with tempfile.TemporaryDirectory() as rep:
+        runs = _prepare_runs(shipped_runs(results, problems), Path(rep), problems,
+                             results / "grids", shipped_compute(results, problems))
+    gaps = load_gaps(results / "gaps.yaml")
+    matched, _ = split(annotated_frame(runs))
+    ent = entries(matched, gaps)
+    problems += [{"file": "gaps.yaml", "error": e}
+                 for e in unused_gaps(gaps, [x.gap for x in ent.get("entry", ())])]
+    if problems:
+        raise ValueError(f"{results}: " + "; ".join(
+            f"{p.get('file') or p.get('run_id')}: {p['error']}" for p in problems))
+    return ent
+
+
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                  results: Path | None = RESULTS_DIR) -> Path:
     """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.

@@ -396,6 +396,24 @@ def _summary(ent: pd.DataFrame, total: int) -> Summary:
                    explained, other, one_seed)
 
 
+def table_summaries(ent: pd.DataFrame) -> list[tuple[str, str, str, Summary]]:
+    """:func:`summary` per paper table and dataset that has a cell run at any scale, as
+    (paper, table, dataset, summary) in the papers' order; ``total`` is that table's cells of
+    that dataset. Summed over the tables they give :func:`summary`'s counts."""
+    if ent.empty:
+        return []
+    cells = _paper_cells()
+    sizes = cells.groupby(["paper", "table", "dataset"], sort=False).size()
+    out = []
+    for (paper, table, dataset), n in sizes.items():
+        mine = ent[(ent["paper"] == paper) & (ent["table"] == table)
+                   & (ent["dataset"] == dataset)]
+        s = _summary(mine, int(n))
+        if s.paper_scale + s.reduced_only:
+            out.append((paper, table, dataset, s))
+    return out
+
+
 def dataset_summaries(ent: pd.DataFrame) -> list[tuple[str, Summary]]:
     """:func:`summary` per dataset of the papers' tables that has a cell run at any scale,
     named for readers (``FMNIST``, ``CIFAR-10``, ...), the most-run first."""
