@@ -35,10 +35,12 @@ def guide_module() -> str:
 def median(tmp_path, monkeypatch):
     (tmp_path / "toy_median.py").write_text(guide_module())
     monkeypatch.syspath_prepend(str(tmp_path))
+    # the modules holding the dict, imported before it is swapped: one first imported under the
+    # swap would bind the copy, and undoing the patch would leave it the copy, median and all
+    holders = [importlib.import_module(m) for m in ("ofl_core.experiment", "ofl_core.taxonomy")]
     monkeypatch.setattr(registry, "METHODS", dict(registry.METHODS))  # undone after the test
-    for mod in ("ofl_core.experiment", "ofl_core.taxonomy"):  # the modules holding the dict
-        monkeypatch.setattr(importlib.import_module(mod), "METHODS", registry.METHODS,
-                            raising=False)
+    for mod in holders:
+        monkeypatch.setattr(mod, "METHODS", registry.METHODS, raising=False)
     yield registry.load(["toy_median"])[0]
     sys.modules.pop("toy_median", None)
 

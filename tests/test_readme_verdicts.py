@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ofl_core.batch.report import RESULTS_DIR, shipped_entries
+from ofl_core.batch.report import RESULTS_DIR
 from ofl_core.batch.scoreboard import (
     DATASET_NAMES,
     dataset_summaries,
@@ -16,7 +16,7 @@ from ofl_core.batch.scoreboard import (
     split,
     table_summaries,
 )
-from ofl_core.batch.verdicts import verdicts_markdown, write_readme
+from ofl_core.batch.verdicts import shipped_entries, verdicts_markdown, write_readme
 from ofl_core.readme import replace_block
 from ofl_core.results import paper_results
 

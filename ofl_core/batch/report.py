@@ -238,9 +238,12 @@ def shipped_compute(results: Path, problems: list[dict]) -> dict[str, float]:
         return {}
 
 
-def _prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
-                  grids: Path | None = None, compute: dict[str, float] | None = None
-                  ) -> list[dict]:
+def prepare_runs(runs: list[dict], rep: Path, problems: list[dict],
+                 grids: Path | None = None, compute: dict[str, float] | None = None
+                 ) -> list[dict]:
+    """``runs`` with what the report shows of each (scale, seeds, compute, re-make command,
+    its rendered page): a run whose notebook cannot be read is left out, listed in
+    ``problems``."""
     refs = _references()
     shipped = shipped_grids(grids)
     defaults: dict[str, dict] = {}
@@ -389,28 +392,6 @@ def server_seconds(records: Iterable[dict]) -> float:
     return sum(once.values())
 
 
-def shipped_entries(results: Path = RESULTS_DIR) -> pd.DataFrame:
-    """The scoreboard's entries (:func:`~ofl_core.batch.scoreboard.entries`, one per cell,
-    preset and scale) of the records shipped in ``results`` alone, with their gaps'
-    explanations: what a report built without runs of its own judges. A file the report would
-    list as a problem raises ``ValueError`` here."""
-    import tempfile
-
-    problems: list[dict] = []
-    with tempfile.TemporaryDirectory() as rep:
-        runs = _prepare_runs(shipped_runs(results, problems), Path(rep), problems,
-                             results / "grids", shipped_compute(results, problems))
-    gaps = load_gaps(results / "gaps.yaml")
-    matched, _ = split(annotated_frame(runs))
-    ent = entries(matched, gaps)
-    problems += [{"file": "gaps.yaml", "error": e}
-                 for e in unused_gaps(gaps, [x.gap for x in ent.get("entry", ())])]
-    if problems:
-        raise ValueError(f"{results}: " + "; ".join(
-            f"{p.get('file') or p.get('run_id')}: {p['error']}" for p in problems))
-    return ent
-
-
 def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
                  results: Path | None = RESULTS_DIR) -> Path:
     """Write ``<out>/report/index.html`` (and one page per executed notebook) and return it.
@@ -427,7 +408,7 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     have = {(r["notebook"], r["run_id"]) for r in mine}
     shipped = [r for r in (shipped_runs(results, problems) if results is not None else [])
                if (r["notebook"], r["run_id"]) not in have]
-    runs = _prepare_runs(mine + shipped, rep, fails,
+    runs = prepare_runs(mine + shipped, rep, fails,
                          None if results is None else results / "grids",
                          shipped_compute(results, problems) if results is not None else {})
     _failure_pages(fails, out, rep)

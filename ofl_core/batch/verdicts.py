@@ -6,17 +6,48 @@ holds the current one."""
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from ..readme import replace_block
-from .report import RESULTS_DIR, shipped_entries
-from .scoreboard import DATASET_NAMES, PAPER_NAMES, Summary, dataset_summaries, table_summaries
+from .gaps import load_gaps, unused_gaps
+from .report import RESULTS_DIR, prepare_runs, shipped_compute, shipped_runs
+from .scoreboard import (
+    DATASET_NAMES,
+    PAPER_NAMES,
+    Summary,
+    annotated_frame,
+    dataset_summaries,
+    entries,
+    split,
+    table_summaries,
+)
 
 START, END = "<!-- verdicts:start", "<!-- verdicts:end -->"
 HEAD = ("| paper | table | cells at paper scale | ✓ reproduced | ▲ above | ▼ below | "
         "gaps explained | gaps another reading reproduces | on one seed |")
+
+
+def shipped_entries(results: Path = RESULTS_DIR) -> pd.DataFrame:
+    """The scoreboard's entries (:func:`~ofl_core.batch.scoreboard.entries`, one per cell,
+    preset and scale) of the records shipped in ``results`` alone, with their gaps'
+    explanations: what a report built without runs of its own judges. A file the report would
+    list as a problem raises ``ValueError`` here."""
+    problems: list[dict] = []
+    with tempfile.TemporaryDirectory() as rep:
+        runs = prepare_runs(shipped_runs(results, problems), Path(rep), problems,
+                             results / "grids", shipped_compute(results, problems))
+    gaps = load_gaps(results / "gaps.yaml")
+    matched, _ = split(annotated_frame(runs))
+    ent = entries(matched, gaps)
+    problems += [{"file": "gaps.yaml", "error": e}
+                 for e in unused_gaps(gaps, [x.gap for x in ent.get("entry", ())])]
+    if problems:
+        raise ValueError(f"{results}: " + "; ".join(
+            f"{p.get('file') or p.get('run_id')}: {p['error']}" for p in problems))
+    return ent
 
 
 def _row(paper: str, table: str, s: Summary) -> str:
@@ -59,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     print("verdicts table updated" if changed else "verdicts table already current")
 
 
-__all__ = ["verdicts_markdown", "write_readme"]
+__all__ = ["shipped_entries", "verdicts_markdown", "write_readme"]
 
 
 if __name__ == "__main__":
