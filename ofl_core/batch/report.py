@@ -409,8 +409,8 @@ def build_report(out: str | os.PathLike, failures: Iterable[TaskResult] = (),
     shipped = [r for r in (shipped_runs(results, problems) if results is not None else [])
                if (r["notebook"], r["run_id"]) not in have]
     runs = prepare_runs(mine + shipped, rep, fails,
-                         None if results is None else results / "grids",
-                         shipped_compute(results, problems) if results is not None else {})
+                        None if results is None else results / "grids",
+                        shipped_compute(results, problems) if results is not None else {})
     _failure_pages(fails, out, rep)
     matched, unmatched = split(annotated_frame(runs))
     gaps: list[Gap] = []

@@ -38,7 +38,7 @@ def shipped_entries(results: Path = RESULTS_DIR) -> pd.DataFrame:
     problems: list[dict] = []
     with tempfile.TemporaryDirectory() as rep:
         runs = prepare_runs(shipped_runs(results, problems), Path(rep), problems,
-                             results / "grids", shipped_compute(results, problems))
+                            results / "grids", shipped_compute(results, problems))
     gaps = load_gaps(results / "gaps.yaml")
     matched, _ = split(annotated_frame(runs))
     ent = entries(matched, gaps)
