@@ -236,3 +236,36 @@ def two_per_client(bars):
 def iid_clients(bars):
     """Three cnn_mnist clients on an IID split (their mean ensemble is ≈ 100% accurate)."""
     return bars_clients(bars, "iid")
+
+
+@pytest.fixture(scope="session")
+def fmnist_subset():
+    """The embedded FashionMNIST: 3 000 of its training images in 3 clients (Dirichlet α = 1,
+    seed 1), evaluated on its first 1 000 test images; the server context (seed 2)."""
+    from ofl_core.data.datasets import ImageDataset, load_dataset
+    from ofl_core.data.partition import make_partition
+    from ofl_core.evaluate import accuracy
+    from ofl_core.server import ServerContext
+
+    full = load_dataset("fmnist_embedded")
+    ds = ImageDataset("fmnist_embedded", full.x_train, full.y_train, full.x_test[:1000],
+                      full.y_test[:1000], num_classes=10)
+    part = make_partition(ds.y_train.numpy(), 3, "dirichlet", alpha=1.0, seed=1, subset=0.3)
+
+    def evaluate(model: torch.nn.Module) -> float:
+        return accuracy(model, ds.x_test, ds.y_test)
+
+    ctx = ServerContext(num_classes=10, in_channels=1, image_size=28, seed=2, evaluate=evaluate,
+                        progress=False, dataset="fmnist_embedded")
+    return ds, part, ctx
+
+
+@pytest.fixture(scope="session")
+def fmnist_cnn_clients(fmnist_subset):
+    """``fmnist_subset``'s 3 clients as cnn_mnist models after one local epoch (batch 32)."""
+    from ofl_core.client_training import train_clients
+    from ofl_core.clients import LocalTrainConfig
+
+    ds, part, ctx = fmnist_subset
+    local = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32)
+    return train_clients(ds, part, local, seed=1, workers=1, progress=False), ctx

@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ofl_core.client_training import train_clients
-from ofl_core.clients import LocalTrainConfig, init_model
+from ofl_core.clients import init_model
 from ofl_core.coboosting import losses as cb
 from ofl_core.coboosting.server import (
     CoBoostingConfig,
@@ -19,9 +18,6 @@ from ofl_core.coboosting.server import (
     start,
     weight_stage,
 )
-from ofl_core.data.datasets import ImageDataset, load_dataset
-from ofl_core.data.partition import make_partition
-from ofl_core.evaluate import accuracy
 from ofl_core.experiment import configure_methods
 from ofl_core.registry import METHODS, method_config, run_method
 from ofl_core.server import ServerContext
@@ -215,22 +211,10 @@ def test_distillation_stage_updates_only_the_student() -> None:
 
 
 @pytest.fixture(scope="module")
-def fmnist_setup():
+def fmnist_setup(fmnist_cnn_clients):
     """The embedded FashionMNIST, 3 000 training images in 3 clients (Dirichlet α = 1), one
-    local epoch; evaluated on the first 1 000 test images."""
-    full = load_dataset("fmnist_embedded")
-    ds = ImageDataset("fmnist_embedded", full.x_train, full.y_train, full.x_test[:1000],
-                      full.y_test[:1000], num_classes=10)
-    part = make_partition(ds.y_train.numpy(), 3, "dirichlet", alpha=1.0, seed=1, subset=0.3)
-    local = LocalTrainConfig(arch="cnn_mnist", epochs=1, batch_size=32)
-    uploads = train_clients(ds, part, local, seed=1, workers=1, progress=False)
-
-    def evaluate(model: torch.nn.Module) -> float:
-        return accuracy(model, ds.x_test, ds.y_test)
-
-    ctx = ServerContext(num_classes=10, in_channels=1, image_size=28, seed=2, evaluate=evaluate,
-                        progress=False)
-    return uploads, ctx
+    local epoch; evaluated on the first 1 000 test images (conftest's ``fmnist_subset``)."""
+    return fmnist_cnn_clients
 
 
 def test_coboosting_end_to_end_beats_chance(fmnist_setup) -> None:

@@ -4,8 +4,9 @@ SPEC §1. Images are kept as ``uint8`` tensors of shape (N, C, H, W) and convert
 [0, 1] per batch, with no mean/std normalisation here (DENSE's code feeds [0, 1] pixels too).
 A model that needs normalised inputs applies it itself: ``input_norm`` of
 :func:`~ofl_core.models.build_model` (``"half"`` = (x − 0.5)/0.5, which Co-Boosting's code
-applies to every dataset; :class:`~ofl_core.clients.LocalTrainConfig` and Co-Boosting's
-``authors_code`` preset set it). Datasets are loaded
+applies to every dataset; ``"mnist"``/``"fmnist"`` = the dataset's mean/std, which
+IntactOFL's code applies, 0.1307/0.3081 and 0.2860/0.3530; :class:`~ofl_core.clients.LocalTrainConfig`
+and the two methods' ``authors_code`` presets set it). Datasets are loaded
 through torchvision from a data root; the root is, in order: the ``data_root`` argument, the
 ``OFL_DATA_ROOT`` environment variable, ``~/.cache/ofl/data``. MNIST and FashionMNIST are also
 discovered in system folders (the Debian ``dataset-fashion-mnist`` package puts the four
