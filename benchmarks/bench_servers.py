@@ -17,8 +17,9 @@ compares cost, not accuracy).
 
 Run it on an idle machine (no other heavy process): the numbers are wall-clock seconds. The
 authors' public codes are not timed here: docs/decisions/speed.md has the DENSE server against
-its code (``bench_stages.py --stage dense``); FedLPA's, Co-Boosting's and IntactOFL's comparison scripts in
-``scripts/evidence/`` print the public code's time beside ours for their own budgets.
+its code (``bench_stages.py --stage dense``); FedLPA's, Co-Boosting's and IntactOFL's
+comparison scripts in ``scripts/evidence/`` print the public code's time beside ours for
+their own budgets.
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ def test_two_shipped_grids_on_the_same_clients_share_a_column() -> None:
     rows = dict(table.rows)
     assert rows["dense"][shipped] == "60.00 (n=1)" and rows["fedlpa"][shipped] == "50.00 (n=1)"
     assert rows["dense"][1 - shipped] == "30.00 (n=1)"
+    assert table.columns[1 - shipped].endswith("· reduced scale, not a shipped grid's task")
 
 
 def test_an_older_record_joins_only_clients_it_matches() -> None:

@@ -103,7 +103,8 @@ def _label(s: pd.Series, grids: list[str]) -> str:
     parts.append(f"{s['local_epochs']} local ep.")
     if s["local_options"]:
         parts.append(s["local_options"])
-    return " · ".join(parts) + " · " + (", ".join(grids) if grids else s["origin"])
+    origin = ", ".join(grids) if grids else f"{s['origin']} scale, not a shipped grid's task"
+    return " · ".join(parts) + " · " + origin
 
 
 def _cell(g: pd.DataFrame, column_seeds: set) -> str:

@@ -1,16 +1,16 @@
 """Dataset registry: every image dataset as uint8 tensors, found offline when the files exist.
 
 SPEC §1. Images are kept as ``uint8`` tensors of shape (N, C, H, W) and converted to float in
-[0, 1] per batch, with no mean/std normalisation here (DENSE's code feeds [0, 1] pixels too).
-A model that needs normalised inputs applies it itself: ``input_norm`` of
+[0, 1] per batch, with no mean/std normalisation here (DENSE's code feeds [0, 1] pixels too). A
+model that needs normalised inputs applies it itself: ``input_norm`` of
 :func:`~ofl_core.models.build_model` (``"half"`` = (x − 0.5)/0.5, which Co-Boosting's code
-applies to every dataset; ``"mnist"``/``"fmnist"`` = the dataset's mean/std, which
-IntactOFL's code applies, 0.1307/0.3081 and 0.2860/0.3530; :class:`~ofl_core.clients.LocalTrainConfig`
-and the two methods' ``authors_code`` presets set it). Datasets are loaded
-through torchvision from a data root; the root is, in order: the ``data_root`` argument, the
-``OFL_DATA_ROOT`` environment variable, ``~/.cache/ofl/data``. MNIST and FashionMNIST are also
-discovered in system folders (the Debian ``dataset-fashion-mnist`` package puts the four
-``*-ubyte.gz`` files in /usr/share/datasets/fashion-mnist) and unpacked into torchvision's layout.
+applies to every dataset; ``"mnist"``/``"fmnist"`` = the dataset's mean/std, which IntactOFL's
+code applies, 0.1307/0.3081 and 0.2860/0.3530; :class:`~ofl_core.clients.LocalTrainConfig` and
+the two methods' ``authors_code`` presets set it). Datasets are loaded through torchvision from
+a data root; the root is, in order: the ``data_root`` argument, the ``OFL_DATA_ROOT``
+environment variable, ``~/.cache/ofl/data``. MNIST and FashionMNIST are also discovered in
+system folders (the Debian ``dataset-fashion-mnist`` package puts the four ``*-ubyte.gz`` files
+in /usr/share/datasets/fashion-mnist) and unpacked into torchvision's layout.
 
 ``fmnist_embedded`` is a stratified FashionMNIST subset shipped inside the package (made by
 ``scripts/make_embedded_fmnist.py``); quick runs and tests use it, so they need no network.
