@@ -210,16 +210,9 @@ def test_distillation_stage_updates_only_the_student() -> None:
 # ---------------------------------------------------------------- end to end
 
 
-@pytest.fixture(scope="module")
-def fmnist_setup(fmnist_cnn_clients):
-    """The embedded FashionMNIST, 3 000 training images in 3 clients (Dirichlet α = 1), one
-    local epoch; evaluated on the first 1 000 test images (conftest's ``fmnist_subset``)."""
-    return fmnist_cnn_clients
-
-
-def test_coboosting_end_to_end_beats_chance(fmnist_setup) -> None:
+def test_coboosting_end_to_end_beats_chance(fmnist_cnn_clients) -> None:
     """6 server epochs: 42–55 % over server seeds 2–4 (measured), chance 10 %."""
-    uploads, ctx = fmnist_setup
+    uploads, ctx = fmnist_cnn_clients
     tiny = {**TINY, "epochs": 6}
     res = run_method("coboosting", uploads, CoBoostingConfig.for_preset("paper", **tiny), ctx)
     assert res.method == "coboosting" and res.preset == "paper"
@@ -237,8 +230,8 @@ def test_coboosting_end_to_end_beats_chance(fmnist_setup) -> None:
     assert all(p.requires_grad for p in res.model.parameters())
 
 
-def test_coboosting_authors_code_preset_runs(fmnist_setup) -> None:
-    uploads, ctx = fmnist_setup
+def test_coboosting_authors_code_preset_runs(fmnist_cnn_clients) -> None:
+    uploads, ctx = fmnist_cnn_clients
     cfg = CoBoostingConfig.for_preset("authors_code", **{**TINY, "epochs": 2})
     res = run_method("coboosting", uploads, cfg, ctx)
     w = res.extras["ensemble_weights_per_epoch"]
