@@ -287,13 +287,19 @@ def run_methods(
 ) -> tuple[list[ResultRecord], dict[str, ServerResult]]:
     """Run each server method (name → config, or (name, config) pairs to run one method under
     several configs) on the shared uploads; return the records and the results keyed by
-    :func:`method_key`."""
+    :func:`method_key` (a key that repeats — one method and preset under two configs — gets
+    ``#2``, ``#3``, … in the order of ``methods``)."""
     records, results = [], {}
     pairs = list(methods.items()) if isinstance(methods, Mapping) else list(methods)
     names = [n for n, _ in pairs]
     for name, mcfg in pairs:
         rec, res = run_one(setup, name, mcfg)
-        results[method_key(name, mcfg, names)] = res
+        key = base = method_key(name, mcfg, names)
+        n = 1
+        while key in results:
+            n += 1
+            key = f"{base}#{n}"
+        results[key] = res
         records.append(rec)
     return records, results
 

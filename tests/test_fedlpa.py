@@ -148,9 +148,12 @@ def test_refinement_moves_towards_the_exact_solution() -> None:
     torch.testing.assert_close(refine(m0, z, w, facs, 1, 0.1), m0 - 0.1 * mm.grad)
 
 
-@pytest.mark.parametrize("bad", ["missing", "shape", "nan", "asymmetric", "negative", "type",
-                                 "huge", "sparse", "meta"])
-def test_validate_factors_rejects_bad_uploads(bad: str) -> None:
+@pytest.mark.parametrize("bad, why", [
+    ("missing", "but the model's Linear/Conv2d layers"), ("shape", r"must be a float 19×19"),
+    ("nan", "non-finite"), ("asymmetric", "not symmetric"), ("negative", "not positive semi"),
+    ("type", "must be a pair of tensors"), ("huge", "beyond any client's"),
+    ("sparse", "dense tensor"), ("meta", "dense tensor"), ("key", "keyed by layer name")])
+def test_validate_factors_rejects_bad_uploads(bad: str, why: str) -> None:
     model = Tiny()
     x, y = images(6)
     f = kfac_factors(model, x, y, coor=0.999)
@@ -173,22 +176,68 @@ def test_validate_factors_rejects_bad_uploads(bad: str) -> None:
         f["fc"] = (a.to_sparse(), g)
     elif bad == "meta":
         f["fc"] = (a.to("meta"), g)
+    elif bad == "key":
+        f[0] = f.pop("fc")
     else:
         f["fc"] = "A, G"
-    with pytest.raises(UploadError, match="client 7"):
+    with pytest.raises(UploadError, match=f"client 7: .*{why}"):
         validate_factors(f, model, "client 7")
-    with pytest.raises(UploadError, match="curvature factors"):
-        validate_factors(None, model, "client 7")
+
+
+def test_validate_factors_needs_factors() -> None:
+    with pytest.raises(UploadError, match="client 7: FedLPA needs the clients' curvature"):
+        validate_factors(None, Tiny(), "client 7")
+
+
+class Twice(Tiny):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.conv(x), 1)) + self.fc(torch.flatten(self.conv(x), 1))
+
+
+class Unused(Tiny):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.flatten(self.conv(x), 1)
+        self.fc(h)  # computed, not in the loss
+        return h[:, :3]
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"x": "float"}, "uint8 images"), ({"y": "short"}, "6 images but 5 labels"),
+    ({"y": "range"}, r"labels must be in \[0, 3\)"), ({"batch_size": 0}, "batch_size"),
+    ({"coor": 1.0}, r"coor must be in \[0, 1\)"), ({"x": "none"}, "without data"),
+    ({"model": nn.Flatten()}, "no nn.Linear or nn.Conv2d"),
+    ({"model": Twice()}, "runs more than once"), ({"model": Unused()}, "does not reach")])
+def test_kfac_factors_refuses_bad_inputs(change: dict, why: str) -> None:
+    x, y = images(6)
+    kw = {"model": Tiny(), "coor": 0.999, "batch_size": 64}
+    x = {"float": x.float(), "none": x[:0]}.get(change.get("x"), x)
+    y = {"short": y[:5], "range": y + 3}.get(change.get("y"), y[: len(x)])
+    kw.update({k: v for k, v in change.items() if k not in ("x", "y")})
+    with pytest.raises(ValueError, match=why):
+        kfac_factors(kw.pop("model"), x, y, **kw)
+
+
+def test_kfac_factors_leave_the_model_as_it_was() -> None:
+    """The pass runs in eval mode without writing the parameters' gradients; the caller's
+    model keeps its mode and its (absent) gradients."""
+    model = Tiny().train()
+    x, y = images(6)
+    kfac_factors(model, x, y, coor=0.999)
+    assert model.training and all(p.grad is None for p in model.parameters())
+    model.eval()
+    kfac_factors(model, x, y, coor=0.999)
+    assert not model.training
 
 
 def test_config_checks_and_names() -> None:
     assert FedLPAConfig().coor == 0.999 and FedLPAConfig().newton_steps == 10_000
     assert method_config("fedlpa", "authors_code").preset == "authors_code"
     assert FedLPAConfig(solution="max_on_test").method_name == "fedlpa-max-on-test"
-    with pytest.raises(ValueError, match="coor"):
-        FedLPAConfig(coor=1.0)
-    with pytest.raises(ValueError, match="solution"):
-        FedLPAConfig(solution="best")
+    assert FedLPAConfig.for_preset("authors_code", newton_steps=5).newton_steps == 5
+    for field, value in (("coor", 1.0), ("newton_steps", -1), ("newton_lr", 0.0),
+                         ("factor_batch_size", 0), ("solution", "best")):
+        with pytest.raises(ValueError, match=f"FedLPAConfig.{field} must be .*got {value!r}"):
+            FedLPAConfig(**{field: value})
 
 
 def test_fedlpa_end_to_end_through_the_experiment(bars, tmp_path) -> None:
@@ -207,8 +256,10 @@ def test_fedlpa_end_to_end_through_the_experiment(bars, tmp_path) -> None:
     records, results = run_methods(setup, [("fedlpa", mcfg),
                                            ("fedlpa", dataclasses.replace(mcfg,
                                                                           solution="biased"))])
-    res = results["fedlpa"] if "fedlpa" in results else next(iter(results.values()))
+    assert list(results) == ["fedlpa/paper", "fedlpa/paper#2"]  # one method, two configs
+    res = results["fedlpa/paper"]
     assert [r.method for r in records] == ["fedlpa", "fedlpa-biased"]
+    assert results["fedlpa/paper#2"].extras["chosen"] == "biased"
     assert res.extras["acc_newton"] > 50 and res.extras["acc_biased"] > 50
     assert records[0].last_acc == pytest.approx(res.extras["acc_newton"], abs=1e-3)
     # the record keeps both solutions (its spec's `recorded` extras), through JSON and back
@@ -221,6 +272,10 @@ def test_fedlpa_end_to_end_through_the_experiment(bars, tmp_path) -> None:
     assert method_spec("fedlpa").client_step is not None
     with pytest.raises(UploadError, match="curvature"):
         run_method("fedlpa", setup.uploads, mcfg, setup.context())
+    # max-of-two without a test set is refused before any work (these uploads have no factors)
+    with pytest.raises(ValueError, match="picks a solution on the test set"):
+        run_method("fedlpa", setup.uploads, dataclasses.replace(mcfg, solution="max_on_test"),
+                   dataclasses.replace(setup.context(), evaluate=None))
     # with factors: a refinement that diverges, and a run with nothing to evaluate on
     ups = attach_factors(setup.uploads, setup.dataset, setup.partition, mcfg, "cpu")
     with pytest.raises(ValueError, match="layer '.*': the gradient refinement diverged "

@@ -4,6 +4,7 @@ tensors, that training reaches only the gate, the presets, and one end-to-end ru
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -172,6 +173,38 @@ def test_presets_name_the_codes_differences() -> None:
         IntactOFLConfig(topk=0.0)
     with pytest.raises(ValueError, match="pool_rounding"):
         IntactOFLConfig(pool_rounding="ceil")
+
+
+def test_the_config_refuses_fields_intactofl_has_no_use_for() -> None:
+    with pytest.raises(ValueError, match="student_arch must stay None"):
+        IntactOFLConfig(student_arch="resnet18")
+    with pytest.raises(ValueError, match="channels_last must be False or 'auto'"):
+        IntactOFLConfig(channels_last=True)
+
+
+def test_the_mixture_moves_only_where_its_experts_are() -> None:
+    """The experts sit outside the module tree, so a conversion that would leave them behind
+    is refused with a message; one that changes nothing is allowed."""
+    moe = mixture()
+    assert moe.to("cpu") is moe and moe.float() is moe
+    with pytest.raises(ValueError, match="cannot be moved to cpu / torch.float64"):
+        moe.double()
+    assert moe.gate.linear.weight.dtype == torch.float32
+
+
+def test_a_run_is_deterministic_needs_two_experts_and_runs_under_amp(two_per_client) -> None:
+    """The same seed gives the same gate bit for bit; ``amp`` reaches the stages (bfloat16
+    autocast gives another, finite gate); one upload is refused before any work."""
+    uploads, ctx = two_per_client
+    cfg = method_config("intactofl", epochs=1, steps_per_epoch=2, batch_size=8,
+                        kd_batch_size=8, nz=8, ngf=4)
+    gates = [run_method("intactofl", uploads, c, ctx).model.gate.state_dict()
+             for c in (cfg, cfg, dataclasses.replace(cfg, amp=True))]
+    assert all(torch.equal(v, gates[1][k]) for k, v in gates[0].items())
+    assert all(torch.isfinite(v).all() for v in gates[2].values())
+    assert not all(torch.equal(v, gates[2][k]) for k, v in gates[0].items())
+    with pytest.raises(ValueError, match="needs at least two uploads, got 1"):
+        run_method("intactofl", uploads[:1], cfg, ctx)
 
 
 @pytest.mark.parametrize("rounding", ["round", "floor"])

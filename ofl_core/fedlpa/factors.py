@@ -71,26 +71,47 @@ def _layer_input(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return a.div_(positions) if positions != 1 else a
 
 
+def _check_inputs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, coor: float,
+                  batch_size: int) -> list[tuple[str, nn.Linear | nn.Conv2d]]:
+    """:func:`kfac_factors`' arguments checked; the model's factor layers."""
+    if not 0.0 <= coor < 1.0:
+        raise ValueError(f"coor must be in [0, 1) (damping √(1 − coor) > 0), got {coor}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"kfac_factors: batch_size must be an int ≥ 1, got {batch_size!r}")
+    if x.dtype != torch.uint8:
+        raise ValueError(f"kfac_factors: x must hold uint8 images (scaled to [0, 1] here, as in "
+                         f"training), got {x.dtype}")
+    if len(x) != len(y):
+        raise ValueError(f"kfac_factors: {len(x)} images but {len(y)} labels")
+    if len(y) == 0:
+        raise ValueError("kfac_factors: a client without data has no curvature")
+    layers = list(factor_layers(model))
+    if not layers:
+        raise ValueError(f"kfac_factors: {type(model).__name__} has no nn.Linear or nn.Conv2d "
+                         "layer, so FedLPA has no factors to aggregate it by")
+    return layers
+
+
 def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, coor: float,
                  batch_size: int = 64, device: str | torch.device = "cpu") -> Factors:
     """A and G of every Linear/Conv2d layer of ``model`` on the local data (uint8 images ``x``
     scaled to [0, 1] as in training, labels ``y``), damped by √(1 − ``coor``)·I. The model runs
-    in eval mode and is left unchanged. Returns {layer prefix: (A, G)} on the CPU, float32."""
-    if not 0.0 <= coor <= 1.0:
-        raise ValueError(f"coor must be in [0, 1] (damping √(1 − coor)), got {coor}")
+    in eval mode on ``device`` (where it is moved); its mode and its parameters' gradients are
+    left as they were. Returns {layer prefix: (A, G)} on the CPU, float32."""
+    layers = _check_inputs(model, x, y, coor, batch_size)
     n = len(y)
-    if n == 0:
-        raise ValueError("kfac_factors: a client without data has no curvature")
+    was_training = model.training
     model = model.to(device).eval()
-    layers = list(factor_layers(model))
     sums: dict[str, list[torch.Tensor]] = {}
     inputs: dict[str, torch.Tensor] = {}
     outputs: dict[str, torch.Tensor] = {}
 
     def keep(name: str):
         def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+            if name in inputs:
+                raise ValueError(f"kfac_factors: layer {name!r} runs more than once per forward "
+                                 "pass; K-FAC factors here need each Linear/Conv2d applied once")
             inputs[name] = args[0].detach()
-            out.retain_grad()
             outputs[name] = out
         return hook
 
@@ -100,13 +121,25 @@ def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, coor: fl
             # gradients flow from the input (the weights may be frozen; theirs are not needed)
             xb = x[s : s + batch_size].to(device).float().div_(255.0).requires_grad_(True)
             yb = y[s : s + batch_size].to(device).long()
+            inputs.clear()
             with torch.enable_grad():
-                # per-sample gradients g̃ = B · ∂(mean CE)/∂output
-                loss = F.cross_entropy(model(xb), yb, reduction="sum")
-                loss.backward()
-            for name, mod in layers:
+                logits = model(xb)
+                unused = [name for name, _ in layers if name not in inputs]
+                if unused:
+                    raise ValueError(f"kfac_factors: layers {unused} do not run in the model's "
+                                     "forward pass, so they have no K-FAC factors")
+                if int(yb.min()) < 0 or int(yb.max()) >= logits.shape[1]:
+                    raise ValueError(f"kfac_factors: labels must be in [0, {logits.shape[1]}) "
+                                     f"for this model, got {int(yb.min())}..{int(yb.max())}")
+                # per-sample gradients g̃ = B · ∂(mean CE)/∂output (no parameter .grad written)
+                loss = F.cross_entropy(logits, yb, reduction="sum")
+                grads = torch.autograd.grad(loss, [outputs[name] for name, _ in layers],
+                                            allow_unused=True)
+            for (name, mod), g in zip(layers, grads, strict=True):
+                if g is None:
+                    raise ValueError(f"kfac_factors: layer {name!r} does not reach the model's "
+                                     "output, so it has no output-gradient factor G")
                 a = _layer_input(mod, inputs[name])
-                g = outputs[name].grad
                 if isinstance(mod, nn.Conv2d):
                     hw = g.shape[2] * g.shape[3]
                     g = g.permute(0, 2, 3, 1).reshape(-1, g.shape[1]) * math.sqrt(hw)
@@ -119,6 +152,7 @@ def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, coor: fl
     finally:
         for h in handles:
             h.remove()
+        model.train(was_training)
     damp = math.sqrt(1.0 - coor)
     out: Factors = {}
     for name, (a_sum, g_sum) in sums.items():
@@ -138,6 +172,9 @@ def validate_factors(factors: Factors | None, model: nn.Module, who: str) -> Non
                           f"curvature), got {type(factors).__name__}; the experiment computes "
                           f"them with the method's client step (ofl_core.fedlpa.factors)")
     layers = dict(factor_layers(model))
+    if not all(isinstance(k, str) for k in factors):
+        raise UploadError(f"{who}: curvature factors must be keyed by layer name (str), got keys "
+                          f"{sorted(map(repr, factors))}")
     if set(factors) != set(layers):
         raise UploadError(f"{who}: curvature factors for layers {sorted(factors)}, but the model's "
                           f"Linear/Conv2d layers are {sorted(layers)}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -36,7 +36,7 @@ from ..server import SHARED_INIT, MethodKind, MethodSpec, ServerContext, ServerR
 from ..server.averaging import average_states
 from ..server.context import check_homogeneous
 from ..uploads import ClientUpload, UploadError, build_from_upload, validate_upload
-from ..validation import check_config
+from ..validation import COUNT, NONNEG, POSITIVE, check_config, within
 from .factors import factor_layers, kfac_factors, layer_matrix, validate_factors
 
 Solution = Literal["newton", "biased", "max_on_test"]
@@ -67,18 +67,15 @@ class FedLPAConfig:
     HASH_IF_SET: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        check_config(self)
-        if not 0.0 <= self.coor < 1.0:
-            raise ValueError(f"FedLPAConfig.coor must be in [0, 1) (damping √(1 − coor) > 0), "
-                             f"got {self.coor}")
-        if self.newton_steps < 0 or self.newton_lr <= 0 or self.factor_batch_size < 1:
-            raise ValueError("FedLPAConfig: newton_steps ≥ 0, newton_lr > 0 and "
-                             "factor_batch_size ≥ 1 are required")
+        # coor < 1 keeps the damping √(1 − coor) > 0, so Ā and Ḡ stay invertible
+        check_config(self, {"coor": within(0.0, 1.0, high_open=True), "newton_steps": NONNEG,
+                            "newton_lr": POSITIVE, "factor_batch_size": COUNT})
 
     @classmethod
-    def for_preset(cls, preset: str = "paper") -> FedLPAConfig:
+    def for_preset(cls, preset: str = "paper", **overrides: Any) -> FedLPAConfig:
+        """Both presets are the code's scripts' settings (only the label differs)."""
         check_preset(preset)
-        return cls(preset=preset)
+        return cls(preset=preset, **overrides)
 
     @property
     def method_name(self) -> str:
@@ -182,6 +179,9 @@ def aggregate(uploads: list[ClientUpload], cfg: FedLPAConfig, device: str | torc
 
 def run(uploads: list[ClientUpload], cfg: FedLPAConfig, ctx: ServerContext) -> ServerResult:
     """Validate the uploads and their factors, aggregate, evaluate both solutions."""
+    if cfg.solution == "max_on_test" and ctx.evaluate is None:
+        raise ValueError("FedLPA: solution='max_on_test' picks a solution on the test set: "
+                         "give ServerContext(evaluate=...) or choose 'newton' or 'biased'")
     check_homogeneous(uploads, "FedLPA")
     for u in uploads:
         validate_factors(u.curvature, validate_upload(u), f"client {u.client_id}")
@@ -190,9 +190,6 @@ def run(uploads: list[ClientUpload], cfg: FedLPAConfig, ctx: ServerContext) -> S
               for key, state in (("newton", refined), ("biased", biased))}
     chosen = cfg.solution
     if ctx.evaluate is None:
-        if chosen == "max_on_test":
-            raise ValueError("FedLPA: solution='max_on_test' picks a solution on the test set: "
-                             "give ServerContext(evaluate=...) or choose 'newton' or 'biased'")
         return ServerResult(method=cfg.method_name, preset=cfg.preset, model=models[chosen],
                             extras={"chosen": chosen, "layers": diag})
     accs = {key: ctx.evaluate(model) for key, model in models.items()}

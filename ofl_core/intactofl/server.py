@@ -28,6 +28,7 @@ drops the KD term).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -134,6 +135,12 @@ class IntactOFLConfig(SynthesisConfig):
         if self.input_norm is not None and self.input_norm != BY_DATASET:
             check_input_norm(self.input_norm,
                              f"IntactOFLConfig.input_norm (or None, or {BY_DATASET!r})")
+        if self.student_arch is not None:
+            raise ValueError("IntactOFLConfig.student_arch must stay None: IntactOFL distils no "
+                             "student (the deployed model is the client models plus the gate)")
+        if self.channels_last is True:
+            raise ValueError("IntactOFLConfig.channels_last must be False or 'auto' (the same "
+                             "here): the experts run in the default memory format")
 
     @classmethod
     def for_preset(cls, preset: str = "paper", **overrides: Any) -> IntactOFLConfig:
@@ -189,6 +196,18 @@ class GatedMixture(nn.Module):
     @property
     def bank(self) -> TeacherBank:
         return self._experts[0]
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+               ) -> GatedMixture:
+        """``.to()``, ``.double()``, ``.cuda()``…: allowed only where they change nothing, as
+        the frozen experts (outside the module tree) would not follow the gate."""
+        p = next(self.gate.parameters())
+        probe = fn(torch.empty(0, dtype=p.dtype, device=p.device))
+        if probe.device != p.device or probe.dtype != p.dtype:
+            raise ValueError(f"GatedMixture: the experts live on {p.device} in {p.dtype} and "
+                             f"cannot be moved to {probe.device} / {probe.dtype}; run IntactOFL "
+                             "on the device you need (ServerContext.device)")
+        return super()._apply(fn, recurse)
 
     def mixture(self, x: torch.Tensor, bn: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -259,8 +278,9 @@ def deployed_cost(moe: GatedMixture, x: torch.Tensor) -> dict:
 
 def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -> ServerResult:
     """Synthesize against the gated mixture and train the gate, ``epochs`` times."""
-    if not uploads:
-        raise ValueError("IntactOFL: no client uploads")
+    if len(uploads) < 2:
+        raise ValueError(f"IntactOFL: a gate over the clients' models needs at least two "
+                         f"uploads, got {len(uploads)}")
     dev = torch.device(ctx.device)
     bank = TeacherBank([build_from_upload(u, dev) for u in uploads],
                        batched=cfg.batched_teachers, channels_last=False)
@@ -293,10 +313,10 @@ def run(uploads: list[ClientUpload], cfg: IntactOFLConfig, ctx: ServerContext) -
     state = {"generator": gen, "opt_gate": opt_gate, "sched": sched, "pool": pool,
              "log": Attrs(log, ("g_losses", "gate_losses", "last_x", "last_y"), dev)}
     for _epoch in run_.epochs(state):
-        x, y = synthesis_stage(moe, gen, cfg, ctx.num_classes, rng, dev, log)
+        x, y = synthesis_stage(moe, gen, cfg, ctx.num_classes, rng, dev, log, run_.amp)
         pool.add(x, y)
         log.last_x, log.last_y = x, y
-        gate_stage(moe, pool, opt_gate, cfg, cfg.ods_eps * std, rng, log)
+        gate_stage(moe, pool, opt_gate, cfg, cfg.ods_eps * std, rng, log, run_.amp)
         sched.step()
     extras = {"pool_size": len(pool), "input_norm": {"experts": experts_norm, "gate": norm},
               "generator_loss": torch.stack(log.g_losses).tolist() if log.g_losses else [],
@@ -317,9 +337,11 @@ class _Log:
 
 
 def synthesis_stage(moe: GatedMixture, gen: nn.Module, cfg: IntactOFLConfig, num_classes: int,
-                    rng: torch.Generator, dev: torch.device, log: _Log
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fresh G and z, T_G Adam steps on L_G; the lowest-loss batch (before its step)."""
+                    rng: torch.Generator, dev: torch.device, log: _Log,
+                    amp: torch.autocast | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fresh G and z, T_G Adam steps on L_G; the lowest-loss batch (before its step).
+    ``amp``: the autocast the forward passes run under (``IntactOFLConfig.amp``)."""
+    amp = amp or autocast_context(dev, False)
     reinit_generator(gen, rng)
     z, y = sample_latents(cfg, num_classes, rng, dev)
     z.requires_grad_(True)
@@ -328,8 +350,9 @@ def synthesis_stage(moe: GatedMixture, gen: nn.Module, cfg: IntactOFLConfig, num
     best_x, best_loss = None, torch.full((), float("inf"), device=dev)
     for _ in range(cfg.steps_per_epoch):
         x = generator_forward(gen, z, cfg.fast_generator)
-        mix, _w, ens, bn = moe.mixture(x, bn=cfg.bn_weight > 0)
-        loss = generator_loss(mix, ens, y, bn, cfg)
+        with amp:
+            mix, _w, ens, bn = moe.mixture(x, bn=cfg.bn_weight > 0)
+            loss = generator_loss(mix, ens, y, bn, cfg)
         best_x, best_loss = keep_lowest(best_x, best_loss, x, loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -343,13 +366,17 @@ def synthesis_stage(moe: GatedMixture, gen: nn.Module, cfg: IntactOFLConfig, num
 
 
 def gate_stage(moe: GatedMixture, pool: ImagePool, opt: torch.optim.Optimizer,
-               cfg: IntactOFLConfig, eps: float, rng: torch.Generator, log: _Log) -> None:
-    """One shuffled pass over the pool: ODS from the uniform ensemble, then a gate step."""
+               cfg: IntactOFLConfig, eps: float, rng: torch.Generator, log: _Log,
+               amp: torch.autocast | None = None) -> None:
+    """One shuffled pass over the pool: ODS from the uniform ensemble, then a gate step
+    (its forward pass under ``amp``)."""
+    amp = amp or autocast_context(next(moe.gate.parameters()).device, False)
     total = []
     for xb, yb in pool.labelled_batches(cfg.kd_batch_size, rng):
         xb = diversify(xb, moe.bank, eps, cfg.ods_temperature, rng)
-        mix, w, ens, _ = moe.mixture(xb)
-        loss = gate_loss(mix, w, ens, yb, cfg)
+        with amp:
+            mix, w, ens, _ = moe.mixture(xb)
+            loss = gate_loss(mix, w, ens, yb, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.gate_clip > 0:
