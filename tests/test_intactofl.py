@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofl_core.distill.generator import build_generator
+from ofl_core.distill.generator import build_generator, sample_latents
 from ofl_core.distill.losses import kl_per_sample
 from ofl_core.distill.pool import ImagePool
 from ofl_core.distill.teachers import TeacherBank
@@ -140,9 +140,19 @@ def test_gate_training_reaches_only_the_gate() -> None:
     assert not torch.equal(moe.gate.linear.weight, gate0["linear.weight"])
 
 
-def test_synthesis_reaches_only_the_generator_and_its_latents() -> None:
+def test_synthesis_reaches_only_the_generator_and_its_latents(monkeypatch) -> None:
     """The generator stage: T_G Adam steps of G (and z) against the mixture; the gate and the
     experts stay as they were and get no gradient, and the gate trains again afterwards."""
+    import ofl_core.intactofl.server as server
+
+    latents: list[torch.Tensor] = []
+
+    def kept(*args, **kwargs):
+        z, y = sample_latents(*args, **kwargs)
+        latents.append(z)
+        return z, y
+
+    monkeypatch.setattr(server, "sample_latents", kept)
     bank = TeacherBank([Fixed(s, 28 * 28) for s in range(3)], batched=False,
                        channels_last=False, fuse=False)
     torch.manual_seed(9)
@@ -157,6 +167,8 @@ def test_synthesis_reaches_only_the_generator_and_its_latents() -> None:
     assert x.shape == (6, 1, 28, 28) and 0 <= x.min() and x.max() <= 1
     assert y.shape == (6,) and ((0 <= y) & (y < 3)).all() and len(log.g_losses) == 1
     assert all(p.grad is not None for p in gen.parameters())
+    (z,) = latents
+    assert z.grad is not None and z.grad.abs().sum() > 0  # z is optimised with G
     for e, before in zip(moe.bank.models, experts, strict=True):
         assert all(torch.equal(v, before[k]) for k, v in e.state_dict().items())
         assert all(p.grad is None for p in e.parameters())
