@@ -86,7 +86,8 @@ class IntactOFLConfig(SynthesisConfig):
     = the gate's pool batch, ``kd_lr``/``kd_momentum`` = the gate's SGD, ``nz``/``ngf``/
     ``g_lr``/``g_betas``); the loss weights: ``bn_weight`` = ``ce_weight`` = ``adv_weight`` = 1,
     ``adv_temperature`` = 3; the gate: ``std_weight`` α = 0.01, ``kd_weight`` β = 1,
-    ``kd_temperature`` = 4, ``kd_weight_decay`` = 1e-4, ``gate_clip`` = ``g_clip`` = 10,
+    ``kd_temperature`` = 4, ``kd_weight_decay`` = 1e-4, ``grad_clip`` = 10 (max-norm of the
+    generator's and the gate's gradients, None = off: Co-Boosting's field),
     ``topk`` (fraction of experts kept per sample; 1.0 in the code), ``gate_softmax`` (False:
     the code's raw weights; True normalises them, a reading of the paper's figure);
     ``ods_eps`` (in the experts' normalised units, as the code; ×the normalisation's std in
@@ -109,8 +110,7 @@ class IntactOFLConfig(SynthesisConfig):
     kd_weight: float = 1.0
     kd_temperature: float = 4.0
     kd_weight_decay: float = 1e-4
-    gate_clip: float = 10.0
-    g_clip: float = 10.0
+    grad_clip: float | None = 10.0
     topk: float = 1.0
     gate_softmax: bool = False
     ods_eps: float = 8.0 / 255.0
@@ -124,9 +124,10 @@ class IntactOFLConfig(SynthesisConfig):
         check_distill_config(
             self, counts=("kd_batch_size", "nz", "ngf"), positive=("g_lr", "kd_temperature",
                                                                   "adv_temperature",
-                                                                  "ods_temperature"),
+                                                                  "ods_temperature",
+                                                                  "grad_clip"),
             nonnegative=("ce_weight", "bn_weight", "adv_weight", "std_weight", "kd_weight",
-                         "kd_weight_decay", "ods_eps", "gate_clip", "g_clip"))
+                         "kd_weight_decay", "ods_eps"))
         if not 0.0 < self.topk <= 1.0:
             raise ValueError(f"IntactOFLConfig.topk must be in (0, 1], got {self.topk}")
         if self.pool_rounding not in ("round", "floor"):
@@ -356,8 +357,8 @@ def synthesis_stage(moe: GatedMixture, gen: nn.Module, cfg: IntactOFLConfig, num
         best_x, best_loss = keep_lowest(best_x, best_loss, x, loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.g_clip > 0:
-            torch.nn.utils.clip_grad_norm_(gen.parameters(), cfg.g_clip)
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(gen.parameters(), cfg.grad_clip)
         opt.step()
     log.g_losses.append(best_loss)
     moe.gate.requires_grad_(True)
@@ -379,8 +380,8 @@ def gate_stage(moe: GatedMixture, pool: ImagePool, opt: torch.optim.Optimizer,
             loss = gate_loss(mix, w, ens, yb, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.gate_clip > 0:
-            torch.nn.utils.clip_grad_norm_(moe.gate.parameters(), cfg.gate_clip)
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(moe.gate.parameters(), cfg.grad_clip)
         opt.step()
         total.append(loss.detach())
     if total:
