@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
 import torch
+from _output import emit
 
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import accuracy
@@ -83,11 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     for seed in args.seeds:
-        line = json.dumps(one_seed(args, seed))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(one_seed(args, seed), args.out)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ plan moves (``fraction_neurons_moved``, over the aligned layers) beside both acc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
+from _output import emit
 
 from ofl_core.clients import LocalTrainConfig
 from ofl_core.experiment import ExperimentConfig, setup_experiment
@@ -50,11 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     for seed in args.seeds:
-        line = json.dumps(one_seed(args.beta, seed, args.local_epochs))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(one_seed(args.beta, seed, args.local_epochs), args.out)
 
 
 if __name__ == "__main__":
