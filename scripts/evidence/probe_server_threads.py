@@ -4,10 +4,10 @@ CPU records are bit-identical only at equal thread counts (docs/decisions/reliab
 "Bit-identity"): this script shows how far a server departs at another count. It takes the
 clients of one (β, seed) of FedLPA's own FashionMNIST setting from the client cache (the
 grid's task settings: 10 × ``simplecnn_mnist``, label-Dirichlet β, 10 local epochs, batch 64,
-weight decay 1e-5; trained here when absent), runs one server method for a few epochs at each thread count given, without
-server checkpoints (so no run resumes another), and prints per run the test accuracy after
-each epoch and the largest absolute difference of the final model's weights from the first
-run's. List a thread count twice to see that a fixed count repeats itself.
+weight decay 1e-5; trained here when absent), runs one server method for a few epochs at each
+thread count given, without server checkpoints (so no run resumes another), and prints per run
+the test accuracy after each epoch and the largest absolute difference of the final model's
+weights from the first run's. List a thread count twice to see that a fixed count repeats itself.
 
     PYTHONPATH=. python scripts/evidence/probe_server_threads.py \\
         --beta 0.3 --seed 1 --method dense --epochs 3 --threads 1 1 2 [--out probe.jsonl]
