@@ -24,11 +24,11 @@ import sys
 import time
 
 import torch
+from _fedlpa_setting import setting_config
 from _output import emit
 
-from ofl_core.clients import LocalTrainConfig
 from ofl_core.evaluate import accuracy
-from ofl_core.experiment import ExperimentConfig, setup_experiment
+from ofl_core.experiment import setup_experiment
 from ofl_core.fedlpa.server import FedLPAConfig, aggregate, attach_factors, client_weights
 from ofl_core.uploads import build_from_upload
 
@@ -48,10 +48,7 @@ def condition_numbers(uploads: list) -> dict[str, dict[str, float]]:
 
 
 def one_seed(args: argparse.Namespace, seed: int) -> dict:
-    cfg = ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=args.beta,
-                           num_clients=10, seed=seed, progress=False,
-                           local=LocalTrainConfig(arch="simplecnn_mnist", epochs=args.local_epochs,
-                                                  batch_size=64, weight_decay=1e-5))
+    cfg = setting_config(args.beta, seed, args.local_epochs)
     t0 = time.perf_counter()
     setup = setup_experiment(cfg)
     ds = setup.dataset

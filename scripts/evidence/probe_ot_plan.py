@@ -18,19 +18,15 @@ import argparse
 import sys
 
 import torch
+from _fedlpa_setting import setting_config
 from _output import emit
 
-from ofl_core.clients import LocalTrainConfig
-from ofl_core.experiment import ExperimentConfig, setup_experiment
+from ofl_core.experiment import setup_experiment
 from ofl_core.registry import method_config, run_method
 
 
 def one_seed(beta: float, seed: int, local_epochs: int) -> dict:
-    cfg = ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=beta, num_clients=10,
-                           seed=seed, progress=False,
-                           local=LocalTrainConfig(arch="simplecnn_mnist", epochs=local_epochs,
-                                                  batch_size=64, weight_decay=1e-5))
-    setup = setup_experiment(cfg)
+    setup = setup_experiment(setting_config(beta, seed, local_epochs))
     ctx = setup.context()
     ot = run_method("ot", setup.uploads, method_config("ot"), ctx)
     avg = run_method("fedavg", setup.uploads, method_config("fedavg"), ctx)

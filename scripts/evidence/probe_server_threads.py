@@ -19,10 +19,10 @@ import argparse
 import sys
 
 import torch
+from _fedlpa_setting import setting_config
 from _output import emit
 
-from ofl_core.clients import LocalTrainConfig
-from ofl_core.experiment import ExperimentConfig, setup_experiment
+from ofl_core.experiment import setup_experiment
 from ofl_core.registry import method_config, run_method
 
 
@@ -39,12 +39,8 @@ def main() -> None:
     if args.epochs < 1 or min(args.threads) < 1:
         ap.error("--epochs and every --threads value must be at least 1")
     torch.set_num_threads(args.threads[0])
-    cfg = ExperimentConfig(dataset="fmnist", partition="dirichlet", alpha=args.beta,
-                           num_clients=10, seed=args.seed, progress=False, checkpoint_every=0,
-                           local=LocalTrainConfig(arch="simplecnn_mnist",
-                                                  epochs=args.local_epochs, batch_size=64,
-                                                  weight_decay=1e-5))
-    setup = setup_experiment(cfg)
+    setup = setup_experiment(setting_config(args.beta, args.seed, args.local_epochs,
+                                            checkpoint_every=0))
     first: dict[str, torch.Tensor] | None = None
     for threads in args.threads:
         torch.set_num_threads(threads)
