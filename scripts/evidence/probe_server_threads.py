@@ -47,7 +47,8 @@ def main() -> None:
         res = run_method(args.method, setup.uploads,
                          method_config(args.method, epochs=args.epochs), setup.context())
         state = {k: v.detach().float().clone() for k, v in res.model.state_dict().items()}
-        first = first or state
+        if first is None:
+            first = state
         diff = max((state[k] - first[k]).abs().max().item() for k in state)
         emit({"beta": args.beta, "seed": args.seed, "method": args.method,
               "epochs": args.epochs, "threads": threads,
